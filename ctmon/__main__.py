@@ -1,0 +1,3 @@
+from ctmon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""The agent's way out: bounded queues, one daemon sender thread, a socket.
+
+Everything that runs on the job's own threads (trace handler, step hooks) only
+appends to a deque -- O(1), no locks held across I/O, no syscalls. The sender
+thread wakes every FLUSH_INTERVAL_S (or at once for compile events), turns raw
+records into protocol events, encodes them and writes them to the supervisor's
+socket. If the supervisor is slow, the sender blocks, not the job; if it is
+gone, the agent goes quiet and the job runs on.
+
+Compile events are rare and precious: they are never dropped below a very
+large cap (reaching it means the supervisor has been stuck for minutes; the
+count is reported in a ``drops`` event). Step boundaries do not pass through
+here at all: they go to a shared-memory ring (ctmon/ring.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from ctmon import protocol
+
+FLUSH_INTERVAL_S = 0.05
+EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall
+SEND_CHUNK = 1 << 16
+
+
+class Channel:
+    """Queues plus the sender thread. One per agent process."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self._sock = sock
+        self.pid = os.getpid()
+        self.disabled = False  # set in forked children and after fatal errors
+        # Raw records from the trace handler and hooks: (tag, payload...)
+        self.records: deque[tuple[Any, ...]] = deque()
+        self.event_drops = 0
+        self.sent_lines = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        # The converter turns raw records into events; set by the agent.
+        self.convert: Callable[[tuple[Any, ...]], list[protocol.Event]] = lambda r: []
+        self.periodic: Callable[[], list[protocol.Event]] = lambda: []
+        self._reported_drops = 0
+        self._lock = threading.Lock()  # serialises flushes (sender vs atexit)
+
+    # ---- called on the job's threads: must stay O(1) and never raise ----
+
+    def put(self, record: tuple[Any, ...], urgent: bool = False) -> None:
+        if self.disabled:
+            return
+        if len(self.records) >= EVENT_QUEUE_MAX:
+            self.event_drops += 1
+            return
+        self.records.append(record)
+        if urgent:
+            self._wake.set()
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        t = threading.Thread(target=self._run, name="ctmon-sender", daemon=True)
+        self._thread = t
+        t.start()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Final flush at interpreter exit; bounded so exit never hangs."""
+        if self.disabled or os.getpid() != self.pid:
+            return
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._thread is None or not self._thread.is_alive():
+            # The sender has finished; flush what arrived since, with a
+            # deadline on the socket in case the supervisor is stuck.
+            if self._sock is not None:
+                try:
+                    self._sock.settimeout(timeout)
+                except OSError:
+                    pass
+            self._flush()
+        self.disabled = True
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (DataLoader worker, ...) must stay silent.
+
+        It shares the parent's socket; writing to it would interleave bytes
+        with the parent's stream, so the child drops its copy of the fd.
+        """
+        self.disabled = True
+        self.records.clear()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()  # close(2) only: the parent's connection stays up
+            except OSError:
+                pass
+
+    # ---- sender thread ----
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(FLUSH_INTERVAL_S)
+            self._wake.clear()
+            if self._stop:
+                break
+            try:
+                self._flush()
+            except Exception:  # never let the sender die silently mid-run
+                self.event_drops += 1
+
+    def _flush(self) -> None:
+        with self._lock:
+            events: list[protocol.Event] = []
+            records = self.records
+            n = len(records)
+            for _ in range(n):
+                rec = records.popleft()
+                try:
+                    events.extend(self.convert(rec))
+                except Exception:
+                    self.event_drops += 1
+            try:
+                events.extend(self.periodic())
+            except Exception:
+                pass
+            drops = self.event_drops
+            if drops != self._reported_drops:
+                self._reported_drops = drops
+                events.append({"kind": protocol.DROPS, "t": time.time(), "events": drops})
+            if events:
+                self._send(b"".join(protocol.encode(e) for e in events))
+                self.sent_lines += len(events)
+
+    def send_now(self, event: protocol.Event) -> None:
+        """Synchronous send, for the hello before any user code runs."""
+        with self._lock:
+            self._send(protocol.encode(event))
+
+    def _send(self, data: bytes) -> None:
+        sock = self._sock
+        if sock is None or self.disabled:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                n = sock.send(view[:SEND_CHUNK], socket.MSG_NOSIGNAL)
+                view = view[n:]
+        except OSError:
+            # The supervisor went away (or stalled past the exit deadline):
+            # stop sending for good; the job is not affected.
+            self._sock = None
+            self.disabled = True
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def connect(path: str, timeout: float = 5.0) -> socket.socket | None:
+    """Connect to the supervisor's agent socket, or None if it is not there."""
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(path)
+        s.settimeout(None)
+        return s
+    except OSError:
+        return None

@@ -1,0 +1,106 @@
+"""The agent: everything ctmon runs inside the monitored process.
+
+It imports torch lazily -- the hooks go in the moment the job itself imports
+torch -- and never imports the TUI, psutil or pynvml. Any failure inside the
+agent disables the agent, never the job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from ctmon import _api, protocol
+from ctmon.agent.channel import Channel
+from ctmon.agent.steps import StepClock
+from ctmon.agent.trace import TraceConverter
+from ctmon.ring import StepRing
+
+ENV_SOCKET = "CTMON_AGENT_SOCKET"
+ENV_SESSION = "CTMON_SESSION"
+
+
+class Agent:
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.channel = Channel(sock)
+        self.anchor_ns = time.perf_counter_ns()
+        self.anchor_wall = time.time()
+        self.clock = StepClock(self.channel)
+        self.converter = TraceConverter()
+        self.channel.convert = self._convert
+        self.channel.periodic = self._periodic
+        self.torch_installed = False
+        self._periodic_hooks: list[Any] = []
+
+    # ---- records -> events (sender thread) ----
+
+    def _convert(self, rec: tuple[Any, ...]) -> list[protocol.Event]:
+        tag = rec[0]
+        if tag == "trace":
+            return self.converter.convert(rec[1], rec[2], rec[3], rec[4])
+        if tag == "device_time":
+            _, src, i0, i1, ms = rec
+            return [{"kind": protocol.DEVICE_TIME, "t": time.time(), "src": src, "i0": i0, "i1": i1, "ms": ms}]
+        if tag == "event":
+            return [rec[1]]
+        if tag == "call":
+            return list(rec[1]())
+        return []
+
+    def _periodic(self) -> list[protocol.Event]:
+        out: list[protocol.Event] = []
+        for hook in self._periodic_hooks:
+            try:
+                out.extend(hook())
+            except Exception:
+                pass
+        return out
+
+    # ---- lifecycle ----
+
+    def emit(self, event: protocol.Event, urgent: bool = True) -> None:
+        self.channel.put(("event", event), urgent)
+
+    def start(self, session_dir: str | None = None) -> None:
+        hello = process_event(self.anchor_ns, self.anchor_wall)
+        if session_dir:
+            path = os.path.join(session_dir, f"steps-{os.getpid()}.ring")
+            try:
+                self.clock.attach_ring(StepRing.create(path))
+                hello["step_ring"] = path
+            except OSError as e:
+                hello["step_ring_error"] = e.strerror or str(e)
+        # Sent before any user code runs, so the supervisor knows the ring
+        # before the first step can be written into it.
+        self.channel.send_now(hello)
+        self.channel.start()
+        os.register_at_fork(after_in_child=self.channel.after_fork_in_child)
+        _api._step_impl = self.clock.api_step
+
+    def close(self) -> None:
+        _api._step_impl = None
+        self.channel.close()
+
+
+def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
+    rank = os.environ.get("RANK")
+    ev: protocol.Event = {
+        "kind": protocol.PROCESS,
+        "t": anchor_wall,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": [protocol.clip(a, 2000) for a in sys.argv[:200]],
+        "executable": sys.executable,
+        "python": sys.version.split()[0],
+        "cwd": os.getcwd(),
+        "clock": {"perf_ns": anchor_ns, "wall": anchor_wall},
+    }
+    if rank is not None and rank.isdigit():
+        ev["rank"] = int(rank)
+        ws = os.environ.get("WORLD_SIZE", "")
+        if ws.isdigit():
+            ev["world_size"] = int(ws)
+    return ev

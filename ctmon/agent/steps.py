@@ -1,0 +1,225 @@
+"""Step boundaries, found without any change to the user's code.
+
+Three sources, by precedence (see protocol.STEP_RANK):
+
+* ``ctmon.step()`` called by the user -- explicit, so it wins;
+* ``optimizer.step()`` -- a global post-hook; the first optimizer that steps
+  is the clock (a GAN's second optimizer would otherwise double the count);
+* a call of a compiled callable at top level (not nested in another one) --
+  inference loops have no optimizer; the first such callable is the clock.
+
+Once a higher-ranked source shows up, lower ones are ignored from then on
+and the switch is recorded, so the viewer can drop the lower series.
+
+The hot path (``mark``) is a handful of attribute reads, one clock read and
+two stores into a shared-memory ring (ctmon/ring.py) that the supervisor
+drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job. On CUDA the host clock
+measures launch time, not device time; a DeviceTimer records a CUDA event at
+some boundaries (never more often than every RECORD_GAP_NS of host time, since
+an event record costs ~15 us on a slow host) and resolves them later with the
+non-blocking ``query()``, so no synchronisation is ever added.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import deque
+from typing import Any, Callable, Protocol
+
+from ctmon import protocol
+from ctmon.agent.channel import Channel
+from ctmon.ring import W_INDEX, StepRing
+
+RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
+_NAMES = protocol.STEP_SOURCES
+
+RECORD_GAP_NS = 10_000_000  # at most one CUDA event per 10 ms of host time
+MAX_PENDING = 64
+CUDA_CHECK_NS = 1_000_000_000
+
+_now = time.perf_counter_ns
+
+
+class TimingEvent(Protocol):
+    """What DeviceTimer needs of torch.cuda.Event (a seam for CPU tests)."""
+
+    def record(self) -> None: ...
+    def query(self) -> bool: ...
+    def elapsed_time(self, end: Any) -> float: ...
+
+
+class DeviceTimer:
+    """Device-true time between step boundaries, resolved without a sync."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        make_event: Callable[[], TimingEvent],
+        record_gap_ns: int = RECORD_GAP_NS,
+    ) -> None:
+        self._ch = channel
+        self._make = make_event
+        self._gap = record_gap_ns
+        self._pool: list[TimingEvent] = []
+        self._pending: deque[tuple[int, TimingEvent]] = deque()
+        self._prev: tuple[int, TimingEvent] | None = None
+        self._last_ns = 0
+        self._src = ""
+        self.failed = False
+
+    def reset(self, src: str) -> None:
+        self._src = src
+        self._pending.clear()
+        self._prev = None
+        self._last_ns = 0
+
+    def boundary(self, idx: int, t_ns: int) -> None:
+        if t_ns - self._last_ns < self._gap:
+            return
+        try:
+            self._poll()
+            if len(self._pending) >= MAX_PENDING:
+                return  # the device is far behind; measure later
+            ev = self._pool.pop() if self._pool else self._make()
+            ev.record()
+            self._pending.append((idx, ev))
+            self._last_ns = t_ns
+        except Exception:
+            # A CUDA error here must not surface in the user's loop.
+            self.failed = True
+
+    def _poll(self) -> None:
+        pending = self._pending
+        while pending and pending[0][1].query():
+            cur = pending.popleft()
+            prev = self._prev
+            if prev is not None:
+                ms = prev[1].elapsed_time(cur[1])
+                self._ch.put(("device_time", self._src, prev[0], cur[0], ms))
+                self._pool.append(prev[1])
+            self._prev = cur
+
+
+class StepClock:
+    def __init__(self, channel: Channel) -> None:
+        self.ch = channel
+        self.rank = -1
+        self.count = 0  # boundaries accepted from the current source
+        self.depth = 0  # nesting of compiled calls
+        self._opt_key: int | None = None
+        self._call_key: int | None = None
+        self._next_check = 0
+        self.timer: DeviceTimer | None = None
+        # Returns a DeviceTimer once the job has initialised CUDA, else None.
+        self.probe_device: Callable[[], DeviceTimer | None] = lambda: None
+        self.is_compiling: Callable[[], bool] = lambda: False
+        # Until a ring is attached, writes go to a harmless one-slot stand-in.
+        self._slots: Any = [0]
+        self._hdr: Any = [0] * 8
+        self._mask = 0
+        self._w = 0
+
+    def attach_ring(self, ring: StepRing) -> None:
+        self._slots, self._hdr, self._mask = ring.slots, ring.header, ring.mask
+        self._w = int(ring.header[W_INDEX])
+
+    # ---- the hot path ----
+
+    def mark(self, rank: int) -> None:
+        t = _now()
+        if self.ch.disabled or rank < self.rank:
+            return
+        if rank != self.rank:
+            self._switch(rank)
+        w = self._w
+        self._slots[w & self._mask] = t
+        w += 1
+        self._w = w
+        self._hdr[W_INDEX] = w  # publish after the slot is written
+        idx = self.count
+        self.count = idx + 1
+        if t >= self._next_check:
+            self._check(t)
+        timer = self.timer
+        if timer is not None:
+            timer.boundary(idx, t)
+
+    def _switch(self, rank: int) -> None:
+        self.rank = rank
+        self.count = 0
+        w = self._w
+        self._slots[w & self._mask] = -(rank + 1)
+        self._w = w + 1
+        self._hdr[W_INDEX] = w + 1
+        if self.timer is not None:
+            self.timer.reset(_NAMES[rank])
+
+    def _check(self, t: int) -> None:
+        self._next_check = t + CUDA_CHECK_NS
+        if self.timer is None:
+            try:
+                timer = self.probe_device()
+            except Exception:
+                timer = None
+            if timer is not None:
+                timer.reset(_NAMES[self.rank] if self.rank >= 0 else "")
+                self.timer = timer
+        elif self.timer.failed:
+            self.timer = None
+
+    # ---- the sources ----
+
+    def api_step(self) -> None:
+        self.mark(RANK_API)
+
+    def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.rank > RANK_OPTIMIZER:
+            return
+        key = id(optimizer)
+        if self._opt_key is None:
+            self._opt_key = key
+        elif key != self._opt_key:
+            return
+        self.mark(RANK_OPTIMIZER)
+
+    def wrap_compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap what torch.compile returned for a function, to count calls."""
+        clock = self
+        is_compiling = self.is_compiling
+
+        @functools.wraps(fn)
+        def ctmon_compiled_call(*args: Any, **kwargs: Any) -> Any:
+            # is_compiling() first: if Dynamo ever traces this wrapper (a
+            # compiled function calling another), it must see no reads of
+            # the clock's state, or it would guard on them and recompile.
+            if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
+                return fn(*args, **kwargs)
+            return clock._counted_call(id(ctmon_compiled_call), fn, args, kwargs)
+
+        return ctmon_compiled_call
+
+    def wrap_module_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap OptimizedModule.__call__ (class-wide) to count model calls."""
+        clock = self
+        is_compiling = self.is_compiling
+
+        @functools.wraps(call)
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
+                return call(module, *args, **kwargs)
+            return clock._counted_call(id(module), call, (module, *args), kwargs)
+
+        __call__.__ctmon_wrapped__ = call  # type: ignore[attr-defined]
+        return __call__
+
+    def _counted_call(self, key: int, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if self._call_key is None:
+            self._call_key = key
+        if key == self._call_key:
+            self.mark(RANK_COMPILED)
+        self.depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.depth -= 1

@@ -1,0 +1,230 @@
+"""What the agent installs once the job imports torch.
+
+* a handler on PyTorch's structured-trace logger (compile events);
+* a global optimizer step post-hook (step boundaries);
+* a thin wrapper around ``torch.compile`` and ``OptimizedModule.__call__``
+  that counts calls of a compiled callable at top level (inference loops);
+* a probe that starts device-side step timing once the job initialises CUDA
+  (ctmon never initialises CUDA itself: that would cost the job memory and
+  break fork-based DataLoader workers).
+
+Installation waits for the job's own ``import torch`` through a meta-path
+hook, so ctmon adds nothing to start-up and runs fine for scripts without
+torch. Importing ``torch._dynamo`` costs seconds, so it is never imported
+here; what needs it is done when the job's first ``torch.compile`` call has
+imported it anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import time
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+from ctmon import protocol
+from ctmon.agent.core import Agent
+from ctmon.agent.steps import DeviceTimer
+from ctmon.agent.trace import TraceHandler, attribute_module
+
+TRACE_LOGGER = "torch.__trace"
+
+
+class TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls back right after the top-level ``torch`` module has executed."""
+
+    def __init__(self, callback: Callable[[ModuleType], None]) -> None:
+        self._callback = callback
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+        callback = self._callback
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            callback(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def watch_torch_import(agent: Agent) -> None:
+    def on_import(torch: ModuleType) -> None:
+        try:
+            install(agent, torch)
+        except Exception as exc:  # the job's import of torch must succeed regardless
+            agent.emit(note("warning", f"ctmon could not hook torch: {type(exc).__name__}: {exc}"))
+
+    if "torch" in sys.modules:
+        on_import(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, TorchImportWatcher(on_import))
+
+
+def note(level: str, message: str) -> protocol.Event:
+    return {"kind": protocol.NOTE, "t": time.time(), "level": level, "source": "agent", "message": message}
+
+
+def install(agent: Agent, torch: Any) -> None:
+    if agent.torch_installed:
+        return
+    agent.torch_installed = True
+    ch, clock = agent.channel, agent.clock
+
+    # 1. compile events
+    trace_log = logging.getLogger(TRACE_LOGGER)
+    trace_log.addHandler(TraceHandler(ch, attribute_module))
+    if trace_log.level == logging.NOTSET or trace_log.level > logging.DEBUG:
+        trace_log.setLevel(logging.DEBUG)
+
+    # 2. optimizer steps
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(clock.optimizer_post_hook)
+
+    # 3. compiled callables, for loops without an optimizer
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    if is_compiling is None:
+        is_compiling = lambda: False  # noqa: E731 - torch < 2.3: no nested-compile check needed
+    clock.is_compiling = is_compiling
+    _wrap_torch_compile(agent, torch)
+
+    # 4. device-true step times, once the job has initialised CUDA itself
+    cuda = getattr(torch, "cuda", None)
+
+    def probe_device() -> DeviceTimer | None:
+        if cuda is None or not cuda.is_initialized():
+            return None
+        agent.emit(devices_event(torch))
+        return DeviceTimer(ch, lambda: cuda.Event(enable_timing=True))
+
+    clock.probe_device = probe_device
+    # Built on the sender thread: it reads package metadata and the cache dir.
+    ch.put(("call", lambda: [torch_event(torch)]), True)
+
+
+def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
+    original = torch.compile
+    if getattr(original, "__ctmon_wrapped__", None) is not None:
+        return
+    clock = agent.clock
+    patched_module_cls: list[type] = []
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
+        result = original(*args, **kwargs)
+        try:
+            model = args[0] if args else kwargs.get("model")
+            if model is None or kwargs.get("disable"):
+                # Decorator factory: its inner call goes through torch.compile
+                # (this function) again, with the model.
+                return result
+            if isinstance(result, torch.nn.Module):
+                cls = type(result)
+                if cls not in patched_module_cls and hasattr(cls, "__call__"):
+                    patched_module_cls.append(cls)
+                    if getattr(cls.__call__, "__ctmon_wrapped__", None) is None:
+                        cls.__call__ = clock.wrap_module_call(cls.__call__)
+                return result
+            if callable(result):
+                return clock.wrap_compiled(result)
+        except Exception:
+            pass
+        return result
+
+    compile.__ctmon_wrapped__ = original  # type: ignore[attr-defined]
+    torch.compile = compile
+
+
+def torch_event(torch: Any) -> protocol.Event:
+    ev: protocol.Event = {"kind": protocol.TORCH, "t": time.time(), "torch": str(getattr(torch, "__version__", "?"))}
+    version = getattr(torch, "version", None)
+    ev["cuda"] = getattr(version, "cuda", None)
+    ev["hip"] = getattr(version, "hip", None)
+    triton = sys.modules.get("triton")
+    tv = getattr(triton, "__version__", None)
+    if tv is None:
+        try:
+            from importlib.metadata import version as pkg_version
+
+            tv = pkg_version("triton")
+        except Exception:
+            tv = None
+    ev["triton"] = tv
+    ev["cache_dir"] = inductor_cache_dir()
+    ev["cache_entries"] = count_cache_entries(ev["cache_dir"])
+    for var in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCH_LOGS", "TORCH_TRACE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES"):
+        if os.environ.get(var):
+            ev.setdefault("env", {})[var] = os.environ[var][:200]
+    return ev
+
+
+def inductor_cache_dir() -> str:
+    """Where Inductor keeps its caches (mirrors torch's own default)."""
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env:
+        return env
+    try:
+        import getpass
+
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.getuid())
+    user = "".join(c if c.isalnum() or c in "-_." else "_" for c in user)
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+
+
+def count_cache_entries(cache_dir: str) -> dict[str, int]:
+    """Entries already in the FX graph and AOTAutograd caches at start-up.
+
+    A warm cache that then misses on every compile is worth a finding.
+    """
+    out: dict[str, int] = {}
+    for name, sub in (("fx_graph", "fxgraph"), ("aot_autograd", "aotautograd")):
+        path = os.path.join(cache_dir, sub)
+        try:
+            out[name] = sum(1 for _ in os.scandir(path))
+        except OSError:
+            out[name] = 0
+    return out
+
+
+def devices_event(torch: Any) -> protocol.Event:
+    devs = []
+    try:
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            devs.append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "total_memory": int(p.total_memory),
+                    "capability": f"{p.major}.{p.minor}",
+                    "sms": getattr(p, "multi_processor_count", None),
+                }
+            )
+        current = torch.cuda.current_device()
+    except Exception:
+        current = None
+    return {"kind": protocol.DEVICES, "t": time.time(), "cuda": devs, "current": current,
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -1,0 +1,77 @@
+"""The ``ctmon`` command line.
+
+Exit codes: the job's own exit code for attach/record (or its signal); 0 for
+success otherwise; 2 for bad usage or unreadable input (one line on stderr,
+never a traceback); 3 when a ``--fail-on`` budget is broken.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import ctmon
+
+USAGE = """usage: ctmon <command> [options] ...
+
+Live monitor for torch.compile workloads.
+
+commands:
+  attach  [opts] SCRIPT|-m MODULE [ARGS...]   run a job with the live TUI
+  record  [opts] SCRIPT|-m MODULE [ARGS...]   run a job headless, recording its events
+  replay  FILE                                open the TUI on a recording
+  report  FILE [--json|--md]                  summarise a recording
+  watch   [PID]                               list this user's live jobs, attach to one
+
+Run 'ctmon <command> --help' for a command's options.
+"""
+
+
+class CliError(Exception):
+    """A one-line error for the user; exit status 2 unless given."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _commands() -> dict[str, Callable[[list[str]], int]]:
+    from ctmon.cli import attach, record, replay, report, watch
+
+    return {
+        "attach": attach.main,
+        "record": record.main,
+        "replay": replay.main,
+        "report": report.main,
+        "watch": watch.main,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"ctmon {ctmon.__version__}")
+        return 0
+    from ctmon.launch.runtime import RuntimeDirError
+    from ctmon.launch.spec import UsageError
+    from ctmon.reader import RecordingError
+
+    cmd = _commands().get(args[0])
+    if cmd is None:
+        sys.stderr.write(f"ctmon: unknown command '{args[0]}' (commands: attach, record, replay, report, watch)\n")
+        return 2
+    try:
+        return cmd(args[1:])
+    except (UsageError, RecordingError, RuntimeDirError) as e:
+        sys.stderr.write(f"ctmon: {e}\n")
+        return 2
+    except CliError as e:
+        sys.stderr.write(f"ctmon: {e}\n")
+        return e.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,100 @@
+"""Argument parsing for the launching commands (attach, record).
+
+Options come before the target; everything after SCRIPT (or ``-m MODULE``)
+belongs to the job, exactly as with ``python``. ``--`` ends ctmon's options.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ctmon.launch.spec import JobSpec, UsageError, check_module, check_script
+
+
+@dataclass
+class OptionSpec:
+    names: tuple[str, ...]
+    dest: str
+    takes_value: bool = False
+    repeat: bool = False
+    help: str = ""
+    metavar: str = "VALUE"
+
+
+@dataclass
+class Parsed:
+    values: dict[str, object] = field(default_factory=dict)
+    spec: JobSpec | None = None
+    help: bool = False
+
+
+def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parsed:
+    by_name = {n: o for o in options for n in o.names}
+    out = Parsed()
+    for o in options:
+        out.values[o.dest] = [] if o.repeat else (None if o.takes_value else False)
+    i = 0
+    target: tuple[str, str] | None = None
+    rest: list[str] = []
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            if i + 1 >= len(argv):
+                raise UsageError(f"{prog}: a script or -m MODULE is required after --")
+            target, rest = ("script", argv[i + 1]), argv[i + 2 :]
+            break
+        if a in ("-h", "--help"):
+            out.help = True
+            return out
+        if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+            name = a[2:] if len(a) > 2 else (argv[i + 1] if i + 1 < len(argv) else None)
+            if not name:
+                raise UsageError(f"{prog}: -m needs a module name")
+            target = ("module", name)
+            rest = argv[i + 1 :] if len(a) > 2 else argv[i + 2 :]
+            break
+        if a.startswith("-") and a != "-":
+            key, eq, inline = a.partition("=")
+            opt = by_name.get(key)
+            if opt is None:
+                raise UsageError(f"{prog}: unknown option {key} (try: ctmon {prog} --help)")
+            if opt.takes_value:
+                if eq:
+                    val = inline
+                elif i + 1 < len(argv):
+                    i += 1
+                    val = argv[i]
+                else:
+                    raise UsageError(f"{prog}: {key} needs a value")
+                if opt.repeat:
+                    out.values[opt.dest].append(val)  # type: ignore[union-attr]
+                else:
+                    out.values[opt.dest] = val
+            else:
+                if eq:
+                    raise UsageError(f"{prog}: {key} takes no value")
+                out.values[opt.dest] = True
+            i += 1
+            continue
+        target, rest = ("script", a), argv[i + 1 :]
+        break
+    if target is None:
+        raise UsageError(f"{prog}: a script or -m MODULE is required (ctmon {prog} [options] SCRIPT [ARGS...])")
+    mode, name = target
+    cwd = os.getcwd()
+    if mode == "script":
+        check_script(name)
+    else:
+        check_module(name, cwd)
+    out.spec = JobSpec(mode=mode, target=name, args=list(rest), cwd=cwd)
+    return out
+
+
+def format_help(usage: str, description: str, options: list[OptionSpec]) -> str:
+    lines = [f"usage: {usage}", "", description, "", "options:"]
+    for o in options:
+        names = ", ".join(o.names) + (f" {o.metavar}" if o.takes_value else "")
+        lines.append(f"  {names:<26} {o.help}")
+    lines.append(f"  {'-h, --help':<26} show this help and exit")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,53 @@
+"""``ctmon record``: run a job headless; its output passes through unchanged,
+its events go to a recording, and a short summary follows on stderr."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.launch import runtime
+from ctmon.launch.spec import check_writable
+from ctmon.launch.supervisor import Supervisor, SupervisorOptions, exit_like
+from ctmon.report.build import build_report
+from ctmon.report.text import summary_lines
+
+OPTIONS = [
+    OptionSpec(("-o", "--output"), "output", True, help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)", metavar="FILE"),
+    OptionSpec(("-q", "--quiet"), "quiet", help="no summary at the end"),
+]
+USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
+DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
+
+
+def main(argv: list[str]) -> int:
+    parsed = parse_launch("record", argv, OPTIONS)
+    if parsed.help:
+        sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
+        return 0
+    assert parsed.spec is not None
+    return run_headless(parsed.spec, parsed.values.get("output"), quiet=bool(parsed.values.get("quiet")))  # type: ignore[arg-type]
+
+
+def run_headless(spec, output: str | None, quiet: bool = False, mode: str = "record") -> int:  # type: ignore[no-untyped-def]
+    if output:
+        check_writable(output)
+    sid = runtime.new_session_id(spec.target)
+    recording = output or runtime.default_recording(sid)
+    sdir = runtime.session_dir(sid)
+    try:
+        sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record"))
+        info = sup.run()
+    finally:
+        shutil.rmtree(sdir, ignore_errors=True)
+    if not quiet:
+        report = build_report(sup.session)
+        shown = recording if output is None else output
+        try:
+            sys.stderr.write("\n".join(summary_lines(report, os.path.relpath(shown) if not shown.startswith("/") else shown)) + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+    return exit_like(info)

@@ -1,0 +1,9 @@
+"""``ctmon watch``."""
+
+from __future__ import annotations
+
+from ctmon.cli import CliError
+
+
+def main(argv: list[str]) -> int:
+    raise CliError("watch: not available yet")

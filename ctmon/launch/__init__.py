@@ -1,0 +1,1 @@
+"""Launching a job under ctmon: the supervisor process and its helpers."""

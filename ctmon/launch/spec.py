@@ -1,0 +1,85 @@
+"""What to run, checked before anything starts.
+
+Every problem is reported as a one-line ``UsageError``; the job is never
+started half-prepared (an unwritable recording path is refused up front).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+
+_CTMON_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as ``ctmon: <message>``, exit 2."""
+
+
+@dataclass
+class JobSpec:
+    mode: str  # "script" or "module"
+    target: str
+    args: list[str] = field(default_factory=list)
+    cwd: str = field(default_factory=os.getcwd)
+    python: str = sys.executable
+
+    def argv(self) -> list[str]:
+        # ctmon may run from a source tree that is not on the job's sys.path:
+        # put it there just long enough to import the boot module.
+        code = (
+            f"import sys;sys.path.insert(0,{_CTMON_PARENT!r});"
+            "__import__('ctmon.agent.boot');sys.path.pop(0);"
+            "sys.modules['ctmon.agent.boot'].main()"
+        )
+        return [self.python, "-c", code, self.mode, self.target, *self.args]
+
+    def display(self) -> list[str]:
+        if self.mode == "module":
+            return ["python", "-m", self.target, *self.args]
+        return ["python", self.target, *self.args]
+
+    @property
+    def name(self) -> str:
+        return self.target if self.mode == "module" else os.path.basename(self.target.rstrip("/"))
+
+
+def check_script(path: str) -> None:
+    if not os.path.exists(path):
+        raise UsageError(f"can't open file '{path}': no such file")
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "__main__.py")):
+            raise UsageError(f"'{path}' is a directory without a __main__.py")
+        return
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"can't open file '{path}': permission denied")
+
+
+def check_module(name: str, cwd: str) -> None:
+    if not name or name.startswith(".") or not all(p.isidentifier() for p in name.split(".")):
+        raise UsageError(f"'{name}' is not a module name")
+    sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(name.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise UsageError(f"no module named '{name.split('.')[0]}'")
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output path before the job starts, not after an hour of training."""
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write the recording to '{path}': it is a directory")
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write the recording to '{path}': directory {parent} does not exist")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write the recording to '{path}': permission denied")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write the recording to '{path}': directory {parent} is not writable")

@@ -1,0 +1,744 @@
+"""The supervisor: the process that owns the job and writes the recording.
+
+It lives exactly as long as the job, so the recording is complete whatever
+happens to whoever is looking at it. One selector loop, no threads besides
+the sampler:
+
+* the job's agent connects to ``agent.sock`` and streams event lines; each
+  line is validated and appended to the recording as is;
+* the job's stdout/stderr come through ptys (when a terminal is expected) or
+  pipes; chunks become ``output`` events, are copied raw to an output log,
+  and in ``record`` mode are passed through to ctmon's own stdout/stderr;
+* the sampler thread adds ``sample`` events about once a second;
+* viewers connect to ``viewer.sock``; each one streams the recording file
+  from byte 0 and then follows it, so a viewer attached late sees exactly
+  what one attached at the start saw, and a stalled viewer costs nothing but
+  its file offset (no per-viewer buffers);
+* when the job exits, its last output and events are drained, an ``exit``
+  event is written, and the file is fsync'ed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import ctmon
+from ctmon import protocol
+from ctmon.launch.spec import JobSpec
+from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
+from ctmon.store import ExitInfo, Session
+
+READ_SIZE = 16 * 1024
+DRAIN_TIMEOUT_S = 2.0
+VIEWER_GRACE_S = 5.0
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
+
+
+@dataclass
+class SupervisorOptions:
+    recording: str
+    session_dir: str
+    session_id: str
+    mode: str = "record"  # "record": output passes through; "attach": detached, output to viewers
+    output_log: str | None = None
+    sample_interval: float = 1.0
+    pty_size: tuple[int, int] = (40, 120)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class _Stream:
+    def __init__(self, name: str, fd: int, passthrough_fd: int | None) -> None:
+        self.name = name
+        self.fd = fd
+        self.passthrough_fd = passthrough_fd
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.open = True
+
+
+class _Agent:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.splitter = protocol.LineSplitter()
+        self.pid: int | None = None
+
+
+class _Ring:
+    def __init__(self, path: str, ring: StepRing) -> None:
+        self.path = path
+        self.reader = RingReader(ring)
+        self.decoder = StepDecoder()
+
+
+class _Viewer:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.cursor = 0
+        self.splitter = protocol.LineSplitter(max_line=4096)
+        self.writing = False
+
+
+class Supervisor:
+    def __init__(self, spec: JobSpec, opts: SupervisorOptions) -> None:
+        self.spec = spec
+        self.opts = opts
+        self.session = Session()
+        self.sel = selectors.DefaultSelector()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit: ExitInfo | None = None
+        self.streams: list[_Stream] = []
+        self.agents: list[_Agent] = []
+        self.rings: list[_Ring] = []
+        self._steps_lost = 0
+        self.viewers: list[_Viewer] = []
+        self.inbox: deque[protocol.Event] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._rec: Any = None
+        self._rec_read_fd = -1
+        self._rec_size = 0
+        self._rec_error: str | None = None
+        self._outlog: Any = None
+        self._pending_signals: list[int] = []
+        self._stop_sampler = threading.Event()
+        self._pidfd = -1
+        self.agent_path = os.path.join(opts.session_dir, "agent.sock")
+        self.viewer_path = os.path.join(opts.session_dir, "viewer.sock")
+        self.on_event: Callable[[protocol.Event], None] | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    def _listen(self, path: str) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # socket file 0600 from the start
+        try:
+            s.bind(path)
+        finally:
+            os.umask(old)
+        s.listen(16)
+        s.setblocking(False)
+        return s
+
+    def _open_recording(self) -> None:
+        fd = os.open(self.opts.recording, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._rec = os.fdopen(fd, "wb", buffering=1 << 16)
+        self._rec_read_fd = os.open(self.opts.recording, os.O_RDONLY)
+        if self.opts.output_log:
+            try:
+                lfd = os.open(self.opts.output_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._outlog = os.fdopen(lfd, "wb", buffering=1 << 16)
+            except OSError:
+                self._outlog = None
+
+    def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream]:
+        """A pty when the job should see a terminal, else a pipe."""
+        attach = self.opts.mode == "attach"
+        passthrough = None if attach else our_fd
+        use_pty = attach or _isatty(our_fd)
+        if use_pty:
+            master, slave = os.openpty()
+            _raw_output(slave)
+            rows, cols = self.opts.pty_size if attach else _term_size(our_fd, self.opts.pty_size)
+            _set_winsize(master, rows, cols)
+            child_end, ours = slave, master
+        else:
+            ours, child_end = os.pipe()
+        os.set_blocking(ours, False)
+        return child_end, _Stream(name, ours, passthrough)
+
+    def _spawn(self) -> None:
+        out_child, out_stream = self._make_stream("stdout", 1)
+        err_child, err_stream = self._make_stream("stderr", 2)
+        self.streams = [out_stream, err_stream]
+        env = dict(os.environ)
+        env.update(self.opts.extra_env)
+        env["CTMON_AGENT_SOCKET"] = self.agent_path
+        env["CTMON_SESSION"] = self.opts.session_id
+        env["CTMON_SESSION_DIR"] = self.opts.session_dir
+        attach = self.opts.mode == "attach"
+        stdin: Any = subprocess.DEVNULL if attach else None
+        try:
+            self.proc = subprocess.Popen(
+                self.spec.argv(),
+                cwd=self.spec.cwd,
+                env=env,
+                stdin=stdin,
+                stdout=out_child,
+                stderr=err_child,
+                close_fds=True,
+                start_new_session=attach,
+            )
+        finally:
+            os.close(out_child)
+            os.close(err_child)
+        for st in self.streams:
+            self.sel.register(st.fd, selectors.EVENT_READ, ("stream", st))
+        try:
+            self._pidfd = os.pidfd_open(self.proc.pid)
+            self.sel.register(self._pidfd, selectors.EVENT_READ, ("pidfd", None))
+        except (AttributeError, OSError):
+            self._pidfd = -1
+
+    # ------------------------------------------------------------------- run
+
+    def run(self) -> ExitInfo:
+        self._open_recording()
+        self.agent_sock = self._listen(self.agent_path)
+        self.viewer_sock = self._listen(self.viewer_path)
+        self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
+        self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
+        self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._install_signals()
+        start = time.time()
+        try:
+            self._spawn()
+        except OSError as e:
+            self._emit(self._session_event(start, None))
+            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "error", "source": "ctmon",
+                        "message": f"could not start {self.spec.python}: {e.strerror or e}"})
+            self._emit({"kind": protocol.EXIT, "t": time.time(), "code": 127, "signal": None})
+            self._finish()
+            return self.exit or ExitInfo(127, None, time.time())
+        assert self.proc is not None
+        self._emit(self._session_event(start, self.proc.pid))
+        self._write_session_file("running")
+        sampler = threading.Thread(target=self._sample_loop, name="ctmon-sampler", daemon=True)
+        sampler.start()
+        try:
+            self._loop()
+        finally:
+            self._stop_sampler.set()
+        self._finish()
+        assert self.exit is not None
+        return self.exit
+
+    def _session_event(self, start: float, job_pid: int | None) -> protocol.Event:
+        return {
+            "kind": protocol.SESSION,
+            "t": start,
+            "v": protocol.PROTOCOL_VERSION,
+            "ctmon": ctmon.__version__,
+            "id": self.opts.session_id,
+            "mode": self.opts.mode,
+            "command": self.spec.display(),
+            "cwd": self.spec.cwd,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job_pid": job_pid,
+            "recording": os.path.abspath(self.opts.recording),
+        }
+
+    def _loop(self) -> None:
+        assert self.proc is not None
+        exited_at: float | None = None
+        while True:
+            timeout = 0.2 if self._pidfd < 0 else 1.0
+            if exited_at is not None:
+                timeout = 0.05
+            for key, mask in self.sel.select(timeout):
+                kind, obj = key.data
+                if kind == "stream":
+                    self._read_stream(obj)
+                elif kind == "agent":
+                    self._read_agent(obj)
+                elif kind == "agent_listen":
+                    self._accept_agent()
+                elif kind == "viewer_listen":
+                    self._accept_viewer()
+                elif kind == "viewer":
+                    if mask & selectors.EVENT_READ:
+                        self._read_viewer(obj)
+                    if mask & selectors.EVENT_WRITE and obj in self.viewers:
+                        self._write_viewer(obj)
+                elif kind == "wake":
+                    _drain_fd(self._wake_r)
+                elif kind == "pidfd":
+                    pass
+            self._handle_signals()
+            while self.inbox:
+                self._emit(self.inbox.popleft())
+            self._drain_rings()
+            self._flush()
+            if exited_at is None and self.proc.poll() is not None:
+                exited_at = time.monotonic()
+                if self._pidfd >= 0:
+                    self.sel.unregister(self._pidfd)
+                    os.close(self._pidfd)
+                    self._pidfd = -1
+            if exited_at is not None:
+                drained = not any(s.open for s in self.streams) and not self.agents
+                if drained or time.monotonic() - exited_at > DRAIN_TIMEOUT_S:
+                    return
+
+    # ------------------------------------------------------------- recording
+
+    def _emit(self, ev: protocol.Event) -> None:
+        self._write_line(protocol.encode(ev), ev)
+
+    def _write_line(self, line: bytes, ev: protocol.Event) -> None:
+        self.session.apply(ev)
+        if self.on_event is not None:
+            self.on_event(ev)
+        if self._rec is None or self._rec_error:
+            return
+        try:
+            self._rec.write(line)
+        except OSError as e:
+            self._recording_failed(e)
+
+    def _recording_failed(self, e: OSError) -> None:
+        # Disk full or gone: the job must run on. Say so once, on stderr.
+        self._rec_error = e.strerror or str(e)
+        try:
+            os.write(2, f"ctmon: recording stopped ({self._rec_error}); the job continues\n".encode())
+        except OSError:
+            pass
+
+    def _flush(self) -> None:
+        if self._rec is not None and not self._rec_error:
+            try:
+                self._rec.flush()
+                self._rec_size = self._rec.tell()
+            except OSError as e:
+                self._recording_failed(e)
+        if self._outlog is not None:
+            try:
+                self._outlog.flush()
+            except OSError:
+                self._outlog = None
+        for v in self.viewers:
+            self._want_write(v)
+
+    # ---------------------------------------------------------------- inputs
+
+    def _read_stream(self, st: _Stream) -> None:
+        try:
+            data = os.read(st.fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            if e.errno != errno.EIO:  # EIO: pty closed by the child
+                pass
+            data = b""
+        if not data:
+            text = st.decoder.decode(b"", final=True)
+            if text:
+                self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+            st.open = False
+            self.sel.unregister(st.fd)
+            os.close(st.fd)
+            return
+        if st.passthrough_fd is not None:
+            try:
+                _write_all(st.passthrough_fd, data)
+            except OSError:
+                st.passthrough_fd = None  # our terminal went away; keep recording
+        if self._outlog is not None:
+            try:
+                self._outlog.write(data)
+            except OSError:
+                self._outlog = None
+        text = st.decoder.decode(data)
+        if text:
+            self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+
+    def _accept_agent(self) -> None:
+        try:
+            conn, _ = self.agent_sock.accept()
+        except OSError:
+            return
+        if not _same_user(conn):
+            conn.close()
+            return
+        conn.setblocking(False)
+        a = _Agent(conn)
+        self.agents.append(a)
+        self.sel.register(conn, selectors.EVENT_READ, ("agent", a))
+
+    def _read_agent(self, a: _Agent) -> None:
+        try:
+            data = a.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.sel.unregister(a.sock)
+            a.sock.close()
+            self.agents.remove(a)
+            return
+        for line in a.splitter.feed(data):
+            ev = protocol.decode(line)
+            if ev is None or ev["kind"] in (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE,
+                                            protocol.STEPS):
+                continue  # only the supervisor writes these
+            if ev["kind"] == protocol.PROCESS and isinstance(ev.get("step_ring"), str):
+                self._open_ring(ev["step_ring"])
+            self._write_line(line + b"\n", ev)
+
+    def _open_ring(self, path: str) -> None:
+        # Only rings inside our own private session directory.
+        real = os.path.realpath(path)
+        if os.path.dirname(real) != os.path.realpath(self.opts.session_dir) or any(r.path == real for r in self.rings):
+            return
+        try:
+            self.rings.append(_Ring(real, StepRing.open(real)))
+        except (OSError, RingError) as e:
+            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
+                        "message": f"cannot read step boundaries: {e}"})
+
+    def _drain_rings(self) -> None:
+        for r in self.rings:
+            values, lost = r.reader.read()
+            if not values and not lost:
+                continue
+            now_wall, now_ns = time.time(), time.perf_counter_ns()
+            for ev in r.decoder.decode(values, lost, now_wall, now_ns):
+                self._emit(ev)
+            if lost:
+                self._steps_lost += lost
+                self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
+
+    # --------------------------------------------------------------- viewers
+
+    def _accept_viewer(self) -> None:
+        try:
+            conn, _ = self.viewer_sock.accept()
+        except OSError:
+            return
+        if not _same_user(conn):
+            conn.close()
+            return
+        conn.setblocking(False)
+        v = _Viewer(conn)
+        self.viewers.append(v)
+        self.sel.register(conn, selectors.EVENT_READ, ("viewer", v))
+        self._want_write(v)
+
+    def _drop_viewer(self, v: _Viewer) -> None:
+        if v in self.viewers:
+            self.viewers.remove(v)
+            try:
+                self.sel.unregister(v.sock)
+            except (KeyError, ValueError):
+                pass
+            v.sock.close()
+
+    def _want_write(self, v: _Viewer) -> None:
+        behind = v.cursor < self._rec_size
+        if behind != v.writing and v in self.viewers:
+            v.writing = behind
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if behind else 0)
+            self.sel.modify(v.sock, events, ("viewer", v))
+
+    def _write_viewer(self, v: _Viewer) -> None:
+        try:
+            chunk = os.pread(self._rec_read_fd, 1 << 16, v.cursor)
+            if chunk:
+                n = v.sock.send(chunk, socket.MSG_NOSIGNAL)
+                v.cursor += n
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop_viewer(v)
+            return
+        self._want_write(v)
+
+    def _read_viewer(self, v: _Viewer) -> None:
+        try:
+            data = v.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_viewer(v)
+            return
+        for line in v.splitter.feed(data):
+            msg = protocol.decode(line)
+            if msg is None or msg.get("kind") != "control":
+                continue
+            sig = CONTROL_SIGNALS.get(str(msg.get("action")))
+            if sig is not None:
+                self._signal_job(sig, group=True)
+
+    # --------------------------------------------------------------- signals
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if self.opts.mode == "record":
+            # Ctrl-C reaches the job directly (same process group); the job
+            # decides whether to stop, as it would without ctmon.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        if self.opts.mode == "record":
+            signal.signal(signal.SIGWINCH, self._on_signal)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._pending_signals.append(signum)
+
+    def _handle_signals(self) -> None:
+        while self._pending_signals:
+            sig = self._pending_signals.pop(0)
+            if sig == signal.SIGWINCH:
+                for st in self.streams:
+                    if st.open and st.passthrough_fd is not None and _isatty(st.passthrough_fd):
+                        rows, cols = _term_size(st.passthrough_fd, self.opts.pty_size)
+                        _set_winsize(st.fd, rows, cols)
+            else:
+                self._signal_job(sig, group=False)
+
+    def _signal_job(self, sig: int, group: bool) -> None:
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        try:
+            if group and self.opts.mode == "attach":
+                os.killpg(p.pid, sig)  # like Ctrl-C in a terminal: the whole job
+            else:
+                os.kill(p.pid, sig)
+        except OSError:
+            pass
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon",
+                    "message": f"sent {signal.Signals(sig).name} to the job"})
+
+    # --------------------------------------------------------------- sampler
+
+    def _sample_loop(self) -> None:
+        assert self.proc is not None
+        try:
+            from ctmon.samplers.gpu import GpuSampler
+            from ctmon.samplers.process import ProcessSampler
+
+            procs = ProcessSampler(self.proc.pid)
+            gpus = GpuSampler()
+        except Exception as e:  # psutil missing or broken: no samples, job unaffected
+            self.inbox.append({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "sampler",
+                               "message": f"system sampling disabled: {type(e).__name__}: {e}"})
+            _poke(self._wake_w)
+            return
+        first = True
+        try:
+            while not self._stop_sampler.wait(0.0 if first else self.opts.sample_interval):
+                ev: protocol.Event = {"kind": protocol.SAMPLE, "t": time.time()}
+                try:
+                    ev.update(procs.sample())
+                except Exception:
+                    pass
+                if gpus.available:
+                    ev["gpus"] = gpus.sample(procs.tree_pids())
+                elif first:
+                    ev["gpu_error"] = gpus.error or "no GPU"
+                first = False
+                self.inbox.append(ev)
+                _poke(self._wake_w)
+        finally:
+            gpus.close()
+
+    # ---------------------------------------------------------------- finish
+
+    def _finish(self) -> None:
+        self._drain_rings()  # every boundary the job wrote, even if it was killed
+        p = self.proc
+        if p is not None:
+            rc = p.wait()
+            code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
+            self._emit({"kind": protocol.EXIT, "t": time.time(), "code": code, "signal": sig})
+        while self.inbox:
+            ev = self.inbox.popleft()
+            if ev.get("kind") != protocol.SAMPLE:
+                self._emit(ev)
+        self._flush()
+        if self._rec is not None and not self._rec_error:
+            try:
+                os.fsync(self._rec.fileno())
+            except OSError:
+                pass
+        self.exit = self.session.exit
+        self._write_session_file("exited")
+        self._serve_remaining_viewers()
+        self._close()
+
+    def _serve_remaining_viewers(self) -> None:
+        deadline = time.monotonic() + VIEWER_GRACE_S
+        for a in list(self.agents):
+            self.sel.unregister(a.sock)
+            a.sock.close()
+        self.agents.clear()
+        while self.viewers and time.monotonic() < deadline:
+            if all(v.cursor >= self._rec_size for v in self.viewers):
+                break
+            for key, mask in self.sel.select(0.1):
+                kind, obj = key.data
+                if kind == "viewer":
+                    if mask & selectors.EVENT_READ:
+                        self._read_viewer(obj)
+                    if mask & selectors.EVENT_WRITE and obj in self.viewers:
+                        self._write_viewer(obj)
+
+    def _close(self) -> None:
+        for v in list(self.viewers):
+            self._drop_viewer(v)
+        for path in (self.agent_path, self.viewer_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        for s in (getattr(self, "agent_sock", None), getattr(self, "viewer_sock", None)):
+            if s is not None:
+                s.close()
+        if self._rec is not None:
+            try:
+                self._rec.close()
+            except OSError:
+                pass
+        if self._rec_read_fd >= 0:
+            os.close(self._rec_read_fd)
+        for r in self.rings:
+            r.reader.ring.close()
+            try:
+                os.unlink(r.path)
+            except OSError:
+                pass
+        if self._outlog is not None:
+            try:
+                self._outlog.close()
+            except OSError:
+                pass
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
+
+    def _write_session_file(self, state: str) -> None:
+        info = {
+            "id": self.opts.session_id,
+            "state": state,
+            "supervisor_pid": os.getpid(),
+            "job_pid": self.proc.pid if self.proc else None,
+            "command": self.spec.display(),
+            "cwd": self.spec.cwd,
+            "start": self.session.meta.start_t,
+            "recording": os.path.abspath(self.opts.recording),
+            "mode": self.opts.mode,
+        }
+        if self.session.exit is not None:
+            info["exit_status"] = self.session.exit.status
+        path = os.path.join(self.opts.session_dir, "session.json")
+        try:
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(info, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _term_size(fd: int, default: tuple[int, int]) -> tuple[int, int]:
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+        if rows and cols:
+            return rows, cols
+    except OSError:
+        pass
+    return default
+
+
+def _set_winsize(fd: int, rows: int, cols: int) -> None:
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    except OSError:
+        pass
+
+
+def _raw_output(fd: int) -> None:
+    """No output post-processing on the pty: bytes pass through unchanged."""
+    try:
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.OPOST
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except termios.error:
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        view = view[n:]
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass
+
+
+def _poke(fd: int) -> None:
+    try:
+        os.write(fd, b"\0")
+    except OSError:
+        pass
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Peer credentials: only this user's processes may connect."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        return uid == os.getuid()
+    except (OSError, AttributeError):
+        return True
+
+
+def exit_like(info: ExitInfo) -> int:
+    """Leave ctmon the way the job left: same exit code, or same signal."""
+    if info.code is not None:
+        return info.code
+    if info.signal:
+        sig = getattr(signal, info.signal, None)
+        if sig is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+            os.kill(os.getpid(), sig)
+            time.sleep(0.5)
+    return info.status

@@ -1,0 +1,202 @@
+"""The one definition of ctmon's events, on the wire and in recordings.
+
+An event is a JSON object on one line (UTF-8, ``\\n``-terminated) with at least
+``kind`` (str) and ``t`` (float, Unix seconds). A recording is the stream of
+events in a file; live viewers read the very same lines from a socket, so one
+decoder serves both. See docs/PROTOCOL.md for every kind and field.
+
+Compatibility rules, which every reader here follows:
+
+* unknown kinds and unknown fields are ignored (a newer writer may add them);
+* a line that is not a JSON object with a string ``kind`` is skipped and counted;
+* the first line of a recording is a ``session`` event carrying ``v``, the
+  protocol version; a reader shows what it understands of a newer version and
+  says so, rather than refusing.
+
+Stdlib only, and no pickle or eval anywhere: these bytes may come from a file
+or a socket that someone else wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator
+
+PROTOCOL_VERSION = 1
+
+#: Longest line a reader accepts; longer lines are skipped (and counted), never
+#: buffered without bound. Writers keep well under it: free text is clipped to
+#: MAX_TEXT characters and output is sent in chunks of at most 16 KiB.
+MAX_LINE_BYTES = 1 << 20
+MAX_TEXT = 64 * 1024
+
+# Event kinds. Writers: S = supervisor (the process that launched the job and
+# writes the recording), A = agent (inside the job).
+SESSION = "session"  # S: first line; v, ctmon version, command, host, ids
+PROCESS = "process"  # A: hello from the job process (pid, argv, python)
+TORCH = "torch"  # A: torch/triton versions, recompile limit, cache dir
+DEVICES = "devices"  # A: CUDA devices, once CUDA is initialised by the job
+COMPILE_START = "compile_start"  # A: Dynamo starts compiling a frame
+COMPILE = "compile"  # A: a frame compile attempt finished (compilation_metrics)
+BWD_COMPILE = "bwd_compile"  # A: a backward graph was compiled
+RECOMPILE_REASONS = "recompile_reasons"  # A: guard failures behind a recompile
+GRAPH_BREAK = "graph_break"  # A: Dynamo split the graph
+CACHE = "cache"  # A: FX graph / AOTAutograd cache hit, miss or bypass
+AUTOTUNE = "autotune"  # A: Triton kernel autotuning result (GPU)
+CUDAGRAPH = "cudagraph"  # A: a cudagraphs event (skip, re-record, ...)
+STEPS = "steps"  # A: a batch of step boundaries
+DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
+DROPS = "drops"  # A: cumulative counts of events the agent had to drop
+NOTE = "note"  # A/S: a message from ctmon itself (hook disabled, ...)
+OUTPUT = "output"  # S: a chunk of the job's stdout or stderr
+SAMPLE = "sample"  # S: process and GPU sample (about 1 Hz)
+EXIT = "exit"  # S: the job ended (exit code or signal)
+
+KNOWN_KINDS = frozenset(
+    {
+        SESSION,
+        PROCESS,
+        TORCH,
+        DEVICES,
+        COMPILE_START,
+        COMPILE,
+        BWD_COMPILE,
+        RECOMPILE_REASONS,
+        GRAPH_BREAK,
+        CACHE,
+        AUTOTUNE,
+        CUDAGRAPH,
+        STEPS,
+        DEVICE_TIME,
+        DROPS,
+        NOTE,
+        OUTPUT,
+        SAMPLE,
+        EXIT,
+    }
+)
+
+# Step sources, by precedence: an explicit ctmon.step() outranks optimizer
+# steps, which outrank calls of a compiled callable at top level.
+STEP_SOURCES = ("compiled_call", "optimizer", "api")
+STEP_RANK = {name: rank for rank, name in enumerate(STEP_SOURCES)}
+
+Event = dict[str, Any]
+
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str
+)
+
+
+def encode(event: Event) -> bytes:
+    """One event as a UTF-8 JSON line.
+
+    Non-finite floats are not JSON; they are written as null rather than
+    producing a line that strict readers reject.
+    """
+    try:
+        text = _encoder.encode(event)
+    except ValueError:
+        text = _encoder.encode(_finite(event))
+    return (text + "\n").encode("utf-8", "surrogatepass")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def decode(line: bytes | str) -> Event | None:
+    """Parse one line; None if it is not a valid event (never raises)."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        return None
+    t = obj.get("t")
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        obj["t"] = 0.0
+    return obj
+
+
+def clip(text: Any, limit: int = MAX_TEXT) -> str | None:
+    """Free text from PyTorch or the job, bounded for the wire."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        text = str(text)
+    if len(text) <= limit:
+        return text
+    return text[: limit - 20] + f"… [{len(text) - limit + 20} chars cut]"
+
+
+class LineSplitter:
+    """Incremental splitter for a byte stream of JSON lines.
+
+    Feed it chunks as they arrive; it yields complete lines and keeps the
+    partial tail. A line longer than MAX_LINE_BYTES is dropped as it streams
+    (only its count is kept), so a hostile or broken peer cannot make the
+    reader buffer without bound.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_line
+        self._discarding = False
+        self.oversized = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
+                rest = chunk[start:]
+                if self._discarding:
+                    return lines
+                if len(self._buf) + len(rest) > self._max:
+                    self._buf.clear()
+                    self._discarding = True
+                    self.oversized += 1
+                else:
+                    self._buf += rest
+                return lines
+            piece = chunk[start:nl]
+            if self._discarding:
+                self._discarding = False
+            elif len(self._buf) + len(piece) > self._max:
+                self._buf.clear()
+                self.oversized += 1
+            else:
+                if self._buf:
+                    self._buf += piece
+                    lines.append(bytes(self._buf))
+                    self._buf.clear()
+                else:
+                    lines.append(bytes(piece))
+            start = nl + 1
+
+    @property
+    def pending(self) -> bytes:
+        """The unterminated tail (a recording cut off mid-line ends here)."""
+        return bytes(self._buf)
+
+
+def iter_lines_decoded(lines: Iterable[bytes]) -> Iterator[Event]:
+    for line in lines:
+        if not line.strip():
+            continue
+        ev = decode(line)
+        if ev is not None:
+            yield ev

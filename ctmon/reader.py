@@ -1,0 +1,106 @@
+"""Reading event streams: recordings on disk, and live sockets, one decoder.
+
+A recording cut off mid-line (the writer was killed, the disk filled) yields
+every complete line before the cut. Lines that are not events are skipped and
+counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from ctmon import protocol
+
+READ_CHUNK = 1 << 16
+
+
+class RecordingError(Exception):
+    """A recording that cannot be read at all (one-line message for the user)."""
+
+
+@dataclass
+class ReadStats:
+    lines: int = 0
+    events: int = 0
+    bad_lines: int = 0
+    oversized: int = 0
+    truncated_tail: bool = False
+    first_kind: str | None = None
+    version: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def iter_stream(f: BinaryIO, stats: ReadStats | None = None) -> Iterator[protocol.Event]:
+    st = stats if stats is not None else ReadStats()
+    splitter = protocol.LineSplitter()
+    while True:
+        chunk = f.read(READ_CHUNK)
+        if not chunk:
+            break
+        for line in splitter.feed(chunk):
+            yield from _decode_line(line, st)
+    st.oversized = splitter.oversized
+    if splitter.pending.strip():
+        st.truncated_tail = True
+
+
+def _decode_line(line: bytes, st: ReadStats) -> Iterator[protocol.Event]:
+    if not line.strip():
+        return
+    st.lines += 1
+    ev = protocol.decode(line)
+    if ev is None:
+        st.bad_lines += 1
+        return
+    st.events += 1
+    if st.first_kind is None:
+        st.first_kind = ev["kind"]
+        if ev["kind"] == protocol.SESSION and isinstance(ev.get("v"), int):
+            st.version = ev["v"]
+    yield ev
+
+
+def open_recording(path: str) -> BinaryIO:
+    """Open a recording for reading, or raise RecordingError with a clear reason."""
+    if not os.path.exists(path):
+        raise RecordingError(f"no such recording: {path}")
+    if os.path.isdir(path):
+        raise RecordingError(f"{path} is a directory, not a recording")
+    try:
+        f = open(path, "rb")
+    except PermissionError:
+        raise RecordingError(f"cannot read {path}: permission denied") from None
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+    head = f.read(4096)
+    f.seek(0)
+    if not head.strip():
+        f.close()
+        raise RecordingError(f"{path} is empty: nothing was recorded")
+    if b"\x00" in head:
+        f.close()
+        raise RecordingError(f"{path} is not a ctmon recording (binary data)")
+    first = head.split(b"\n", 1)[0]
+    if protocol.decode(first) is None and b"\n" in head:
+        f.close()
+        raise RecordingError(f"{path} is not a ctmon recording (first line is not a ctmon event)")
+    return f
+
+
+def read_recording(path: str, stats: ReadStats | None = None) -> Iterator[protocol.Event]:
+    st = stats if stats is not None else ReadStats()
+    f = open_recording(path)
+    with f:
+        yield from iter_stream(f, st)
+    if st.events == 0:
+        raise RecordingError(f"{path} is not a ctmon recording (no events in it)")
+    if st.version is not None and st.version > protocol.PROTOCOL_VERSION:
+        st.warnings.append(
+            f"recorded by a newer ctmon (protocol {st.version}); showing what this version understands"
+        )
+    if st.truncated_tail:
+        st.warnings.append("the recording ends mid-line (cut off); everything before the cut is shown")
+    if st.bad_lines:
+        st.warnings.append(f"{st.bad_lines} line(s) were not ctmon events and were skipped")

@@ -1,0 +1,127 @@
+"""The report: a documented, stable JSON object built from the store.
+
+docs/REPORT.md is the reference for every key. Rules: keys are only ever
+added, never renamed or removed within ``report_version`` 1; times are in
+seconds (``*_s``) or milliseconds (``*_ms``) as their names say; counts are
+ints; unknown values are null, never absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ctmon
+from ctmon.store import Session
+from ctmon.store.compiles import Frame
+
+REPORT_VERSION = 1
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def build_report(s: Session) -> dict[str, Any]:
+    st = s.steps.current.stats() if s.steps.current is not None else None
+    cs = s.compile
+    marked = 0
+    if s.steps.current is not None:
+        marked = len(s.steps.current.compile_marked([c.span for c in cs.compiles]))
+    exit_info = s.exit
+    report: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "ctmon_version": ctmon.__version__,
+        "recorded_by": s.meta.ctmon_version,
+        "session_id": s.meta.session_id,
+        "command": s.meta.command,
+        "cwd": s.meta.cwd,
+        "host": s.meta.host,
+        "pid": s.meta.pid,
+        "state": s.state,
+        "exit_code": exit_info.status if exit_info else None,
+        "exit_signal": exit_info.signal if exit_info else None,
+        "duration_s": _r(s.duration_s),
+        "python": s.meta.python,
+        "torch": s.meta.torch,
+        "cuda": s.meta.cuda,
+        "triton": s.meta.triton,
+        "devices": s.meta.devices,
+        "steps": {
+            "count": st.count if st else 0,
+            "source": s.steps.source,
+            "device_timed": bool(s.steps.current and s.steps.current.device_windows),
+            "p50_ms": _r(st.p50_ms if st else None, 4),
+            "p90_ms": _r(st.p90_ms if st else None, 4),
+            "p99_ms": _r(st.p99_ms if st else None, 4),
+            "mean_ms": _r(st.mean_ms if st else None, 4),
+            "min_ms": _r(st.min_ms if st else None, 4),
+            "max_ms": _r(st.max_ms if st else None, 4),
+            "steps_per_s": _r(st.steps_per_s if st else None, 3),
+            "compile_steps": marked,
+        },
+        "compile": {
+            "compiles": cs.compile_count,
+            "recompiles": cs.recompile_count,
+            "graph_breaks": cs.graph_break_count,
+            "limit_hits": cs.limit_hits,
+            "failures": cs.failures,
+            "frames": len(cs.frames),
+            "backward_compiles": cs.bwd_compiles,
+            "total_time_s": _r(cs.total_time_s + cs.bwd_time_s),
+            "forward_time_s": _r(cs.total_time_s),
+            "backward_time_s": _r(cs.bwd_time_s),
+            "recompile_limit": cs.recompile_limit,
+        },
+        "frames": [_frame(f) for f in cs.frames_sorted()],
+        "graph_breaks": [
+            {
+                "reason": b.reason,
+                "file": b.file,
+                "line": b.line,
+                "count": b.count,
+                "explanation": b.explanation,
+                "hints": b.hints,
+                "url": b.url,
+                "user_stack": b.user_stack,
+            }
+            for b in cs.breaks_sorted()
+        ],
+        "cache": {
+            **{name: c.as_dict() for name, c in sorted(cs.cache.items())},
+            "autotune": {"kernels": cs.autotune_kernels, "cached": cs.autotune_cached},
+            "bypass_reasons": [{"reason": r, "count": n} for r, n in cs.bypass_reasons.most_common()],
+            "time_saved_s": _r(cs.time_saved_s),
+            "cache_dir": s.meta.cache_dir,
+            "entries_at_start": s.meta.cache_entries or None,
+        },
+        "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
+        "drops": dict(s.drops),
+        "notes": [
+            {"level": n.get("level"), "source": n.get("source"), "message": n.get("message")}
+            for n in s.notes
+        ],
+    }
+    return report
+
+
+def _frame(f: Frame) -> dict[str, Any]:
+    reasons: list[str] = []
+    for c in f.compiles:
+        if c.recompile_reason and c.recompile_reason not in reasons:
+            reasons.append(c.recompile_reason)
+    return {
+        "frame_id": f.frame_id,
+        "name": f.title,
+        "file": f.loc.file,
+        "line": f.loc.line,
+        "code": {"name": f.code.name, "file": f.code.file, "line": f.code.line},
+        "module": f.module,
+        "compiles": len(f.compiles),
+        "recompiles": f.recompiles,
+        "recompile_reasons": reasons,
+        "entries": f.entries,
+        "recompile_limit": f.recompile_limit,
+        "limit_hit": f.limit_hit,
+        "time_s": _r(f.time_s),
+        "compile_ids": [c.compile_id for c in f.compiles][:100],
+    }

@@ -1,0 +1,157 @@
+"""Human-readable renderings of a report dict (plain text, no colour codes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"{v / 1000:.2f} s"
+    if v >= 100:
+        return f"{v:.0f} ms"
+    if v >= 10:
+        return f"{v:.1f} ms"
+    return f"{v:.2f} ms"
+
+
+def fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 120:
+        return f"{v / 60:.1f} min"
+    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
+
+
+def where(file: str | None, line: int | None) -> str:
+    if not file:
+        return "?"
+    return f"{file}:{line}" if line is not None else file
+
+
+def exit_text(r: dict[str, Any]) -> str:
+    if r.get("exit_signal"):
+        return f"was killed by {r['exit_signal']}"
+    if r.get("exit_code") is None:
+        return "is still running" if r.get("state") != "exited" else "exited"
+    return f"exited with code {r['exit_code']}"
+
+
+def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
+    """The few lines `ctmon record` prints after the job's own output."""
+    name = " ".join(r.get("command") or []) or "job"
+    st, c, cache = r["steps"], r["compile"], r["cache"]
+    dur = f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else ""
+    lines = [f"ctmon: {name} {exit_text(r)}{dur}"]
+    if st["count"]:
+        timing = "device-timed" if st.get("device_timed") else "host-timed"
+        lines.append(
+            f"ctmon: {st['count']} steps ({st['source']}): p50 {fmt_ms(st['p50_ms'])}, "
+            f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing})"
+        )
+    lines.append(
+        f"ctmon: {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
+        f"{c['limit_hits']} recompile-limit hits, {fmt_s(c['total_time_s'])} compiling"
+    )
+    fx, aot = cache.get("fx_graph", {}), cache.get("aot_autograd", {})
+    if any(fx.values()) or any(aot.values()):
+        lines.append(
+            f"ctmon: caches: FX graph {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss / {fx.get('bypass', 0)} bypass; "
+            f"AOTAutograd {aot.get('hit', 0)} hit / {aot.get('miss', 0)} miss / {aot.get('bypass', 0)} bypass"
+        )
+    for f in r.get("findings", [])[:3]:
+        if f.get("severity") in ("critical", "warning"):
+            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']} ({where(f.get('file'), f.get('line'))})")
+    drops = r.get("drops") or {}
+    if drops.get("steps") or drops.get("events"):
+        lines.append(f"ctmon: dropped {drops.get('steps', 0)} step and {drops.get('events', 0)} other events (the monitor fell behind)")
+    if recording:
+        lines.append(f"ctmon: recording: {recording}  (ctmon report {recording})")
+    return lines
+
+
+def full_text(r: dict[str, Any]) -> str:
+    out: list[str] = []
+    add = out.append
+    name = " ".join(r.get("command") or []) or "job"
+    add(f"ctmon report — {name}")
+    add(f"  {exit_text(r).capitalize()}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else ""))
+    env = ", ".join(x for x in (
+        f"torch {r['torch']}" if r.get("torch") else None,
+        f"CUDA {r['cuda']}" if r.get("cuda") else None,
+        f"triton {r['triton']}" if r.get("triton") else None,
+        f"Python {r['python']}" if r.get("python") else None,
+    ) if x)
+    if env:
+        add(f"  {env}")
+    for d in r.get("devices") or []:
+        add(f"  GPU {d.get('index')}: {d.get('name')}")
+    findings = r.get("findings") or []
+    if findings:
+        add("")
+        add(f"Findings ({len(findings)})")
+        for f in findings:
+            add(f"  [{f['severity']}] {f['title']}")
+            add(f"      at {where(f.get('file'), f.get('line'))}")
+            if f.get("fix"):
+                for i, line in enumerate(str(f["fix"]).splitlines()):
+                    add(("      fix: " if i == 0 else "           ") + line)
+    st = r["steps"]
+    add("")
+    add("Steps")
+    if st["count"]:
+        add(f"  {st['count']} steps from {st['source']}"
+            + (" (device-timed with CUDA events)" if st.get("device_timed") else ""))
+        add(f"  p50 {fmt_ms(st['p50_ms'])}  p90 {fmt_ms(st['p90_ms'])}  p99 {fmt_ms(st['p99_ms'])}  "
+            f"mean {fmt_ms(st['mean_ms'])}  max {fmt_ms(st['max_ms'])}")
+        if st.get("compile_steps"):
+            add(f"  {st['compile_steps']} step(s) paid for a compile")
+    else:
+        add("  no step boundaries seen (no optimizer.step(), no compiled model calls, no ctmon.step())")
+    c = r["compile"]
+    add("")
+    add("Compilation")
+    limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") else ""
+    add(f"  {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
+        f"{c['limit_hits']} recompile-limit hits{limit}, {c['failures']} failures")
+    add(f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
+        f"{fmt_s(c['backward_time_s'])} backward graphs)")
+    frames = r.get("frames") or []
+    if frames:
+        add("")
+        add("Frames")
+        for f in frames:
+            flag = "  LIMIT HIT, runs eager" if f["limit_hit"] else ""
+            add(f"  {where(f['file'], f['line'])}  {f['name']}: {f['compiles']} compiles, "
+                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}")
+            for reason in f["recompile_reasons"][:5]:
+                add(f"      recompiled: {reason.splitlines()[0][:160]}")
+            if len(f["recompile_reasons"]) > 5:
+                add(f"      … and {len(f['recompile_reasons']) - 5} more reasons")
+    gbs = r.get("graph_breaks") or []
+    if gbs:
+        add("")
+        add("Graph breaks")
+        for b in gbs:
+            add(f"  {where(b['file'], b['line'])}  ×{b['count']}  {b['reason']}")
+    cache = r["cache"]
+    add("")
+    add("Caches")
+    for name, label in (("fx_graph", "FX graph"), ("aot_autograd", "AOTAutograd")):
+        cc = cache.get(name) or {}
+        add(f"  {label:<12} {cc.get('hit', 0)} hit  {cc.get('miss', 0)} miss  {cc.get('bypass', 0)} bypass")
+    at = cache.get("autotune") or {}
+    if at.get("kernels"):
+        add(f"  {'Autotune':<12} {at['kernels']} kernels, {at['cached']} from cache")
+    for b in cache.get("bypass_reasons") or []:
+        add(f"  bypass ×{b['count']}: {b['reason'][:160]}")
+    skips = (r.get("cudagraphs") or {}).get("skips") or []
+    for sk in skips:
+        add(f"  cudagraphs skipped ×{sk['count']}: {sk['reason'][:160]}")
+    drops = r.get("drops") or {}
+    if drops.get("steps") or drops.get("events"):
+        add("")
+        add(f"Dropped: {drops.get('steps', 0)} step boundaries, {drops.get('events', 0)} events")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,180 @@
+"""A shared-memory ring of step boundaries, written by the job, read by the supervisor.
+
+Why shared memory: step boundaries can come at 100k/s and the job can die at
+any instant (``os._exit``, SIGKILL, the OOM killer). A boundary written here
+is in the supervisor's reach the moment the store instruction retires, so a
+recording keeps every step up to the crash, and the hot path is two integer
+stores -- no syscall, no lock, no allocation.
+
+Layout (little-endian int64 words): ``[magic, version, capacity, write_index,
+reserved x4, slot_0 .. slot_{capacity-1}]``. A slot holds a
+``time.perf_counter_ns()`` value (CLOCK_MONOTONIC, the same clock in every
+process on the machine) or, when negative, a source switch ``-(rank + 1)``.
+The writer stores the slot, then the new write index; the reader reads the
+index, then the slots below it. If the reader falls a full ring behind, the
+oldest boundaries are lost and counted -- the writer never waits.
+
+Stdlib only: imported by the agent (inside the job) and the supervisor.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+MAGIC = 0x43544D4F4E524E47  # "CTMONRNG"
+VERSION = 1
+HEADER_WORDS = 8
+W_MAGIC, W_VERSION, W_CAPACITY, W_INDEX = 0, 1, 2, 3
+DEFAULT_CAPACITY = 1 << 20  # 8 MiB; ~10 s of 100k steps/s if the reader stalls
+
+
+class RingError(Exception):
+    pass
+
+
+class StepRing:
+    def __init__(self, mm: mmap.mmap, capacity: int) -> None:
+        self._mm = mm
+        self.capacity = capacity
+        self.mask = capacity - 1
+        words = memoryview(mm).cast("q")
+        self.header = words[:HEADER_WORDS]
+        self.slots = words[HEADER_WORDS : HEADER_WORDS + capacity]
+
+    @classmethod
+    def create(cls, path: str, capacity: int = DEFAULT_CAPACITY) -> "StepRing":
+        if capacity <= 0 or capacity & (capacity - 1):
+            raise RingError("capacity must be a power of two")
+        size = (HEADER_WORDS + capacity) * 8
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        ring = cls(mm, capacity)
+        ring.header[W_MAGIC] = MAGIC
+        ring.header[W_VERSION] = VERSION
+        ring.header[W_CAPACITY] = capacity
+        ring.header[W_INDEX] = 0
+        return ring
+
+    @classmethod
+    def open(cls, path: str) -> "StepRing":
+        """Open an existing ring for reading (checked: it may be any file)."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or st.st_size < HEADER_WORDS * 8:
+                raise RingError("not a step ring owned by this user")
+            mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        words = memoryview(mm).cast("q")
+        magic, version, capacity = words[W_MAGIC], words[W_VERSION], words[W_CAPACITY]
+        words.release()
+        if magic != MAGIC or version != VERSION or capacity <= 0 or capacity & (capacity - 1):
+            mm.close()
+            raise RingError("not a ctmon step ring")
+        if (HEADER_WORDS + capacity) * 8 > len(mm):
+            mm.close()
+            raise RingError("step ring is truncated")
+        return cls(mm, capacity)
+
+    def close(self) -> None:
+        try:
+            self.header.release()
+            self.slots.release()
+            self._mm.close()
+        except (BufferError, ValueError):
+            pass
+
+
+class RingReader:
+    """Supervisor side: new slots since the last read, and how many were lost."""
+
+    def __init__(self, ring: StepRing) -> None:
+        self.ring = ring
+        self.read_index = 0
+        self.lost = 0
+
+    def read(self) -> tuple[list[int], int]:
+        """Returns (values, lost_before_values)."""
+        ring = self.ring
+        w = ring.header[W_INDEX]
+        r = self.read_index
+        if w <= r:
+            return [], 0
+        lost = 0
+        if w - r > ring.capacity:
+            lost = w - r - ring.capacity
+            r = w - ring.capacity
+            self.lost += lost
+        mask = ring.mask
+        start, end = r & mask, w & mask
+        if w - r == ring.capacity or end <= start:
+            values = list(ring.slots[start:]) + list(ring.slots[:end])
+        else:
+            values = list(ring.slots[start:end])
+        self.read_index = w
+        return values, lost
+
+
+def release(obj: Any) -> None:
+    close = getattr(obj, "close", None)
+    if close is not None:
+        close()
+
+
+SOURCES = ("compiled_call", "optimizer", "api")  # by rank; mirrors protocol.STEP_SOURCES
+
+
+class StepDecoder:
+    """Turns ring values into ``steps`` events (see protocol: STEPS).
+
+    Boundaries become integer nanosecond deltas from the previous boundary of
+    the same source (0 for the first, and after lost boundaries), with the
+    wall time of the first one in the batch, so thousands of steps are one
+    short line. Indices count boundaries since the source became the clock,
+    exactly as the agent counts them for its device-time windows.
+    """
+
+    def __init__(self) -> None:
+        self.src = ""
+        self.next_idx = 0
+        self.prev_ns: int | None = None
+
+    def decode(self, values: list[int], lost: int, now_wall: float, now_ns: int) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if lost:
+            self.next_idx += lost
+            self.prev_ns = None
+        batch: list[int] = []
+        first_ns = 0
+        i0 = self.next_idx
+        for v in values:
+            if v < 0:
+                if batch:
+                    events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
+                    batch = []
+                rank = -v - 1
+                self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
+                self.next_idx = 0
+                self.prev_ns = None
+                continue
+            if not batch:
+                first_ns = v
+                i0 = self.next_idx
+            prev = self.prev_ns
+            batch.append(0 if prev is None else max(0, v - prev))
+            self.prev_ns = v
+            self.next_idx += 1
+        if batch:
+            events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
+        return events
+
+    def _event(self, i0: int, first_ns: int, deltas: list[int], now_wall: float, now_ns: int) -> dict[str, Any]:
+        wall = now_wall - (now_ns - first_ns) / 1e9
+        return {"kind": "steps", "t": wall, "src": self.src, "i0": i0, "ns": deltas}

@@ -1,0 +1,73 @@
+"""CPU, memory and threads of the job's process tree (psutil)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProcessSampler:
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._pid = pid
+        self._procs: dict[int, Any] = {}
+        try:
+            self._root = psutil.Process(pid)
+            self._root.cpu_percent(None)  # prime: the first call returns 0.0
+        except psutil.Error:
+            self._root = None
+        psutil.cpu_percent(None)
+
+    def tree_pids(self) -> list[int]:
+        return list(self._procs) or [self._pid]
+
+    def sample(self) -> dict[str, Any]:
+        ps = self._psutil
+        out: dict[str, Any] = {}
+        root = self._root
+        if root is None:
+            return out
+        try:
+            kids = root.children(recursive=True)
+        except ps.Error:
+            kids = []
+        procs = {root.pid: root}
+        for k in kids:
+            procs[k.pid] = self._procs.get(k.pid, k)
+        cpu = 0.0
+        rss = 0
+        tree_rss = 0
+        threads = 0
+        alive = {}
+        for pid, p in procs.items():
+            try:
+                with p.oneshot():
+                    # cached Process objects keep the previous CPU times; a
+                    # newly seen process returns 0.0 here and counts next time
+                    c = p.cpu_percent(None)
+                    mem = p.memory_info().rss
+                    n = p.num_threads()
+            except ps.Error:
+                continue
+            alive[pid] = p
+            cpu += c
+            tree_rss += mem
+            if pid == root.pid:
+                rss = mem
+                threads = n
+        self._procs = alive
+        out["cpu_percent"] = round(cpu, 1)
+        out["rss"] = rss
+        out["tree_rss"] = tree_rss
+        out["threads"] = threads
+        out["procs"] = len(alive)
+        try:
+            vm = ps.virtual_memory()
+            out["sys_cpu_percent"] = ps.cpu_percent(None)
+            out["sys_mem_used"] = vm.total - vm.available
+            out["sys_mem_total"] = vm.total
+            out["cpus"] = ps.cpu_count() or 1
+        except ps.Error:
+            pass
+        return out

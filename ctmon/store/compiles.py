@@ -1,0 +1,358 @@
+"""Frames, compiles, graph breaks and caches, folded from compile events.
+
+Pairing rules (PyTorch emits, per compile id: ``recompile_reasons`` ->
+``dynamo_start`` -> graph breaks / cache results -> ``compilation_metrics``):
+
+* a compile attempt is final when its ``compile`` event arrives; the start
+  event's stack and the guard failures are merged into it by compile id;
+* a compile refused by the recompile limit has no start event and no code
+  name: it is attributed to its frame by ``frame_id``;
+* frames are keyed by ``frame_id`` (one per code object, stable for a run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctmon import protocol
+
+LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+
+
+def display_name(name: str | None) -> str | None:
+    """Dynamo's resume functions, named for the user: 'forward (resumed at line 14)'."""
+    if not name:
+        return name
+    m = _RESUME.match(name)
+    if m:
+        return f"{m.group(1)} (resumed at line {m.group(2)})"
+    return name
+
+
+def is_limit_hit(fail_type: Any, fail_reason: Any) -> bool:
+    if not isinstance(fail_reason, str):
+        return False
+    head = fail_reason.lower()[:400]
+    return any(m in head for m in LIMIT_MARKERS) and ("exceeded" in head or "hit" in head or "reached" in head)
+
+
+@dataclass
+class Location:
+    file: str | None = None
+    line: int | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if not self.file:
+            return self.name or "?"
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+@dataclass
+class CompileRecord:
+    compile_id: str
+    frame_id: Any
+    t: float
+    start_t: float | None = None
+    time_s: float = 0.0
+    backend_s: float | None = None
+    inductor_s: float | None = None
+    recompile_reason: str | None = None
+    guard_failures: list[str] = field(default_factory=list)
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    limit_hit: bool = False
+    cache_size: int | None = None
+    graph_ops: int | None = None
+    guards: int | None = None
+    restarts: list[str] = field(default_factory=list)
+    cudagraph_skip: str | None = None
+    graph_breaks: int = 0
+    fx_hits: int = 0
+    fx_misses: int = 0
+    ok: bool = True
+
+    @property
+    def is_recompile(self) -> bool:
+        return bool(self.recompile_reason)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        start = self.start_t if self.start_t is not None else self.t - self.time_s
+        return (start, start + self.time_s)
+
+
+@dataclass
+class Frame:
+    frame_id: Any
+    loc: Location  # where the user should look
+    code: Location  # the code object Dynamo compiled
+    module: str | None = None
+    compiles: list[CompileRecord] = field(default_factory=list)
+    limit_hit: bool = False
+    entries: int = 0  # cache entries (compiled versions) held for the code object
+    recompile_limit: int | None = None
+
+    @property
+    def recompiles(self) -> int:
+        return sum(1 for c in self.compiles if c.is_recompile)
+
+    @property
+    def time_s(self) -> float:
+        return sum(c.time_s for c in self.compiles)
+
+    @property
+    def last_reason(self) -> str | None:
+        for c in reversed(self.compiles):
+            if c.recompile_reason:
+                return c.recompile_reason
+        return None
+
+    @property
+    def title(self) -> str:
+        return self.loc.name or self.code.name or "?"
+
+
+@dataclass
+class BreakSite:
+    file: str | None
+    line: int | None
+    reason: str  # one-line summary (PyTorch's graph-break type)
+    detail: str | None = None  # full reason text
+    explanation: str | None = None
+    hints: list[str] = field(default_factory=list)
+    user_stack: list[dict[str, Any]] = field(default_factory=list)
+    url: str | None = None
+    gb_id: str | None = None
+    count: int = 0
+    first_t: float = 0.0
+    last_t: float = 0.0
+    compile_ids: list[str] = field(default_factory=list)
+    frame_ids: set[Any] = field(default_factory=set)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def loc(self) -> Location:
+        return Location(self.file, self.line)
+
+
+@dataclass
+class CacheCounts:
+    hit: int = 0
+    miss: int = 0
+    bypass: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"hit": self.hit, "miss": self.miss, "bypass": self.bypass}
+
+
+class CompileState:
+    MAX_COMPILES = 50_000
+    MAX_SITE_IDS = 50
+
+    def __init__(self) -> None:
+        self.frames: dict[Any, Frame] = {}
+        self.compiles: list[CompileRecord] = []
+        self.compile_count = 0
+        self.recompile_count = 0
+        self.limit_hits = 0
+        self.failures = 0
+        self.total_time_s = 0.0
+        self.bwd_compiles = 0
+        self.bwd_time_s = 0.0
+        self.graph_break_count = 0
+        self.breaks: dict[tuple[Any, Any], BreakSite] = {}
+        self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
+        self.bypass_reasons: Counter[str] = Counter()
+        self.time_saved_s = 0.0
+        self.autotune_kernels = 0
+        self.autotune_cached = 0
+        self.autotune_events: list[dict[str, Any]] = []
+        self.cudagraph_skips: Counter[str] = Counter()
+        self.recompile_limit: int | None = None
+        self.active: dict[str, dict[str, Any]] = {}  # compile id -> start info
+        self._reasons: dict[str, list[str]] = {}
+
+    # ---- events ----
+
+    def on_start(self, ev: protocol.Event) -> None:
+        cid = str(ev.get("compile_id"))
+        self.active[cid] = ev
+        if isinstance(ev.get("recompile_limit"), int):
+            self.recompile_limit = ev["recompile_limit"]
+        fid = ev.get("frame_id")
+        frame = self.frames.get(fid)
+        if frame is None:
+            self.frames[fid] = self._new_frame(fid, ev)
+
+    def _new_frame(self, fid: Any, start: protocol.Event | None, metrics: protocol.Event | None = None) -> Frame:
+        src = start or {}
+        code = Location(src.get("file"), src.get("line"), src.get("name"))
+        if metrics is not None and not code.file:
+            code = Location(metrics.get("co_filename"), metrics.get("co_firstlineno"), metrics.get("co_name"))
+        module = src.get("module") if isinstance(src.get("module"), str) else None
+        mfile, mline = src.get("module_file"), src.get("module_line")
+        loc = Location(code.file, code.line, display_name(code.name))
+        if start is None or src.get("user_code", True):
+            if module and mfile == code.file and mline == code.line:
+                loc.name = f"{module}.{code.name}"  # the user's forward(), compiled directly
+        elif module and src.get("module_user"):
+            # torch.compile(module): Dynamo compiled torch's wrapper; point at the module's forward()
+            loc = Location(mfile, mline, f"{module}.forward")
+        elif isinstance(src.get("user"), dict):
+            u = src["user"]
+            loc = Location(u.get("file"), u.get("line"), module or code.name)
+        return Frame(frame_id=fid, loc=loc, code=code, module=module)
+
+    def on_reasons(self, ev: protocol.Event) -> None:
+        reasons = ev.get("reasons")
+        if isinstance(reasons, list):
+            self._reasons[str(ev.get("compile_id"))] = [str(r) for r in reasons][:64]
+
+    def on_compile(self, ev: protocol.Event) -> CompileRecord:
+        cid = str(ev.get("compile_id"))
+        start = self.active.pop(cid, None)
+        fid = ev.get("frame_id")
+        if fid is None and start is not None:
+            fid = start.get("frame_id")
+        frame = self.frames.get(fid)
+        if frame is None:
+            frame = self.frames[fid] = self._new_frame(fid, start, ev)
+        elif not frame.code.name and ev.get("co_name"):
+            frame.code = Location(ev.get("co_filename"), ev.get("co_firstlineno"), ev.get("co_name"))
+        t = float(ev.get("t") or 0.0)
+        time_s = _num(ev.get("entire_frame_compile_time_s")) or 0.0
+        rec = CompileRecord(
+            compile_id=cid,
+            frame_id=fid,
+            t=t,
+            start_t=_num(ev.get("start_time")) or (_num(start.get("t")) if start else None),
+            time_s=time_s,
+            backend_s=_num(ev.get("backend_compile_time_s")),
+            inductor_s=_num(ev.get("inductor_compile_time_s")),
+            recompile_reason=_str(ev.get("recompile_reason")),
+            guard_failures=self._reasons.pop(cid, []),
+            fail_type=_str(ev.get("fail_type")),
+            fail_reason=_str(ev.get("fail_reason")),
+            cache_size=ev.get("cache_size") if isinstance(ev.get("cache_size"), int) else None,
+            graph_ops=ev.get("graph_op_count") if isinstance(ev.get("graph_op_count"), int) else None,
+            guards=ev.get("guard_count") if isinstance(ev.get("guard_count"), int) else None,
+            restarts=[str(r) for r in ev.get("restart_reasons") or [] if r][:10],
+            cudagraph_skip=_str(ev.get("cudagraph_skip_reason")),
+            fx_hits=_int(ev.get("inductor_fx_local_cache_hit_count")),
+            fx_misses=_int(ev.get("inductor_fx_local_cache_miss_count")),
+        )
+        if rec.recompile_reason and not rec.guard_failures:
+            rec.guard_failures = [rec.recompile_reason]
+        rec.limit_hit = is_limit_hit(rec.fail_type, rec.fail_reason)
+        rec.ok = rec.fail_type is None
+        rec.graph_breaks = sum(1 for b in self.breaks.values() if cid in b.compile_ids)
+        if isinstance(ev.get("recompile_limit"), int):
+            self.recompile_limit = ev["recompile_limit"]
+        frame.recompile_limit = self.recompile_limit
+        frame.compiles.append(rec)
+        if rec.limit_hit:
+            frame.limit_hit = True
+            self.limit_hits += 1
+        elif rec.ok and ev.get("has_guarded_code", True) is not False:
+            frame.entries = max(frame.entries, (rec.cache_size or 0) + 1)
+        if not rec.ok and not rec.limit_hit:
+            self.failures += 1
+        if rec.cudagraph_skip:
+            self.cudagraph_skips[rec.cudagraph_skip[:300]] += 1
+        self.compile_count += 1
+        if rec.is_recompile:
+            self.recompile_count += 1
+        self.total_time_s += time_s
+        if len(self.compiles) < self.MAX_COMPILES:
+            self.compiles.append(rec)
+        return rec
+
+    def on_bwd(self, ev: protocol.Event) -> None:
+        self.bwd_compiles += 1
+        dur = _num(ev.get("duration_us"))
+        self.bwd_time_s += dur / 1e6 if dur is not None else (_num(ev.get("inductor_compile_time_s")) or 0.0)
+        skip = _str(ev.get("cudagraph_skip_reason"))
+        if skip:
+            self.cudagraph_skips[skip[:300]] += 1
+
+    def on_graph_break(self, ev: protocol.Event) -> BreakSite:
+        file, line = ev.get("file"), ev.get("line")
+        summary = _str(ev.get("summary")) or _str(ev.get("reason")) or "graph break"
+        key = (file, line)
+        site = self.breaks.get(key)
+        t = float(ev.get("t") or 0.0)
+        if site is None:
+            site = self.breaks[key] = BreakSite(file=file, line=line if isinstance(line, int) else None,
+                                                reason=summary, first_t=t)
+        site.count += 1
+        site.last_t = t
+        site.reasons[summary] += 1
+        site.reason = site.reasons.most_common(1)[0][0]
+        if summary == site.reason or site.detail is None:
+            site.detail = _str(ev.get("reason"))
+            site.explanation = _str(ev.get("explanation"))
+            hints = ev.get("hints")
+            site.hints = [str(h) for h in hints][:6] if isinstance(hints, list) else []
+            stack = ev.get("user_stack")
+            site.user_stack = [f for f in stack if isinstance(f, dict)][:12] if isinstance(stack, list) else []
+            site.url = _str(ev.get("url"))
+            site.gb_id = _str(ev.get("gb_id"))
+        cid = ev.get("compile_id")
+        if cid is not None and len(site.compile_ids) < self.MAX_SITE_IDS:
+            site.compile_ids.append(str(cid))
+        site.frame_ids.add(ev.get("frame_id"))
+        self.graph_break_count += 1
+        return site
+
+    def on_cache(self, ev: protocol.Event) -> None:
+        cache, result = ev.get("cache"), ev.get("result")
+        if not isinstance(cache, str) or result not in ("hit", "miss", "bypass"):
+            return
+        counts = self.cache.setdefault(cache, CacheCounts())
+        setattr(counts, result, getattr(counts, result) + 1)
+        if result == "bypass" and ev.get("reason"):
+            self.bypass_reasons[f"{cache}: {str(ev['reason'])[:300]}"] += 1
+        saved = _num(ev.get("time_saved_s"))
+        if saved and result == "hit" and cache == "aot_autograd":
+            self.time_saved_s += saved
+
+    def on_autotune(self, ev: protocol.Event) -> None:
+        kernels = ev.get("kernels")
+        if not isinstance(kernels, list):
+            return
+        for k in kernels:
+            if not isinstance(k, dict):
+                continue
+            self.autotune_kernels += 1
+            state = str(k.get("autotune_cache_state") or k.get("cache_state") or "")
+            if state in ("hit", "local_hit", "remote_hit") or k.get("cached") is True:
+                self.autotune_cached += 1
+        if len(self.autotune_events) < 1000:
+            self.autotune_events.append(ev)
+
+    # ---- views ----
+
+    def frames_sorted(self) -> list[Frame]:
+        return sorted(self.frames.values(), key=lambda f: (-len(f.compiles), str(f.frame_id)))
+
+    def breaks_sorted(self) -> list[BreakSite]:
+        return sorted(self.breaks.values(), key=lambda b: (-b.count, b.file or "", b.line or 0))
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None

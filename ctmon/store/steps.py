@@ -1,0 +1,211 @@
+"""Step boundaries and the intervals between them.
+
+Per source (see protocol.STEP_SOURCES) a series keeps, in compact arrays, the
+wall time of every boundary and the host interval before it; device windows
+(CUDA events, from the agent) override host intervals with device-true ones.
+The session's step clock is the highest-ranked source seen; lower ones are
+kept only until a higher one appears.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Iterable
+
+from ctmon import protocol
+
+NAN = float("nan")
+
+
+@dataclass
+class StepStats:
+    count: int = 0  # boundaries
+    intervals: int = 0
+    last_ms: float | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    steps_per_s: float | None = None
+
+
+def percentile(sorted_vals: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method)."""
+    n = len(sorted_vals)
+    if n == 0:
+        return None
+    if n == 1:
+        return sorted_vals[0]
+    pos = (n - 1) * q
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * frac
+
+
+class StepSeries:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.times = array("d")  # wall time of boundary i
+        self.host_ms = array("d")  # interval ending at boundary i (NaN for i == 0 / after a gap)
+        self.dev_ms = array("d")  # device-timed interval, NaN where unknown
+        self.device_windows = 0
+        self._sorted_cache: tuple[int, int, list[float]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def add_batch(self, i0: int, t0: float, deltas_ns: Iterable[int]) -> None:
+        n = len(self.times)
+        if i0 > n:  # boundaries were dropped by the agent: pad the gap
+            gap = i0 - n
+            # times stay non-decreasing (bisect relies on it); intervals are unknown
+            last = self.times[-1] if n else float(t0)
+            self.times.extend([last] * gap)
+            self.host_ms.extend([NAN] * gap)
+            self.dev_ms.extend([NAN] * gap)
+        elif i0 < n:  # duplicate or reordered batch: keep what we have
+            return
+        t = t0
+        first = True
+        times, host, dev = self.times, self.host_ms, self.dev_ms
+        for d in deltas_ns:
+            if not isinstance(d, int) or d < 0:
+                d = 0
+            if first:
+                first = False
+            else:
+                t += d / 1e9
+            times.append(t)
+            host.append(d / 1e6 if d > 0 and len(times) > 1 else NAN)
+            dev.append(NAN)
+
+    def add_device_window(self, i0: int, i1: int, ms: float) -> None:
+        if not (isinstance(i0, int) and isinstance(i1, int)) or i1 <= i0 or ms is None or ms < 0:
+            return
+        n = len(self.dev_ms)
+        per = ms / (i1 - i0)
+        for k in range(i0 + 1, min(i1, n - 1) + 1):
+            self.dev_ms[k] = per
+        self.device_windows += 1
+        self._sorted_cache = None
+
+    def interval_ms(self, k: int) -> float:
+        d = self.dev_ms[k]
+        return d if d == d else self.host_ms[k]
+
+    def intervals(self, start: int = 0) -> list[float]:
+        """Effective intervals (device-timed where known), NaNs dropped."""
+        out = []
+        dev, host = self.dev_ms, self.host_ms
+        for k in range(max(1, start), len(host)):
+            d = dev[k]
+            v = d if d == d else host[k]
+            if v == v:
+                out.append(v)
+        return out
+
+    def stats(self, window: int | None = None) -> StepStats:
+        n = len(self.times)
+        st = StepStats(count=n)
+        if n < 2:
+            return st
+        start = max(1, n - window) if window else 1
+        if window is None:
+            vals = self._sorted_full()
+        else:
+            vals = sorted(self.intervals(start))
+        if not vals:
+            return st
+        st.intervals = len(vals)
+        st.last_ms = self.interval_ms(n - 1) if self.interval_ms(n - 1) == self.interval_ms(n - 1) else None
+        st.p50_ms = percentile(vals, 0.5)
+        st.p90_ms = percentile(vals, 0.9)
+        st.p99_ms = percentile(vals, 0.99)
+        st.mean_ms = sum(vals) / len(vals)
+        st.min_ms = vals[0]
+        st.max_ms = vals[-1]
+        if st.mean_ms and st.mean_ms > 0:
+            st.steps_per_s = 1000.0 / st.mean_ms
+        return st
+
+    def _sorted_full(self) -> list[float]:
+        key = (len(self.times), self.device_windows)
+        cache = self._sorted_cache
+        if cache is not None and (cache[0], cache[1]) == key:
+            return cache[2]
+        vals = sorted(self.intervals())
+        self._sorted_cache = (key[0], key[1], vals)
+        return vals
+
+    def compile_marked(self, spans: list[tuple[float, float]]) -> set[int]:
+        """Indices k of intervals [t(k-1), t(k)] that overlap a compile span."""
+        marked: set[int] = set()
+        times = self.times
+        n = len(times)
+        for start, end in spans:
+            k = max(1, bisect_right(times, start))
+            while k < n and times[k - 1] < end:
+                marked.add(k)
+                k += 1
+        return marked
+
+
+class StepClock:
+    """All step series of a session; the best-ranked one is 'the' steps."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, StepSeries] = {}
+        self.current: StepSeries | None = None
+
+    def _get(self, src: str) -> StepSeries:
+        s = self.series.get(src)
+        if s is None:
+            s = self.series[src] = StepSeries(src)
+            cur = self.current
+            if cur is None or protocol.STEP_RANK.get(src, -1) >= protocol.STEP_RANK.get(cur.source, -1):
+                self.current = s
+                # lower-ranked series are no longer needed
+                for name in list(self.series):
+                    if protocol.STEP_RANK.get(name, -1) < protocol.STEP_RANK.get(src, -1):
+                        del self.series[name]
+        return s
+
+    def on_steps(self, ev: protocol.Event) -> bool:
+        src = ev.get("src")
+        ns = ev.get("ns")
+        i0 = ev.get("i0", 0)
+        if not isinstance(src, str) or src not in protocol.STEP_RANK or not isinstance(ns, list):
+            return False
+        cur = self.current
+        if cur is not None and protocol.STEP_RANK[src] < protocol.STEP_RANK.get(cur.source, -1):
+            return False
+        if not isinstance(i0, int) or i0 < 0:
+            return False
+        t0 = ev.get("t")
+        self._get(src).add_batch(i0, float(t0) if isinstance(t0, (int, float)) else 0.0, ns)
+        return True
+
+    def on_device_time(self, ev: protocol.Event) -> bool:
+        src = ev.get("src")
+        s = self.series.get(src) if isinstance(src, str) else None
+        if s is None:
+            return False
+        ms = ev.get("ms")
+        if not isinstance(ms, (int, float)):
+            return False
+        s.add_device_window(ev.get("i0"), ev.get("i1"), float(ms))  # type: ignore[arg-type]
+        return True
+
+    @property
+    def count(self) -> int:
+        return len(self.current) if self.current is not None else 0
+
+    @property
+    def source(self) -> str | None:
+        return self.current.source if self.current is not None else None
