@@ -66,6 +66,7 @@ def ctmon(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
 
 def record(tmp_path: Any, target: list[str], *, torch_trace: bool = True, cwd: str | None = None,
            extra_env: dict[str, str] | None = None, options: list[str] | None = None, timeout: float = 300) -> Run:
+    os.makedirs(str(tmp_path), exist_ok=True)
     rec = os.path.join(str(tmp_path), "rec.jsonl")
     trace_dir = os.path.join(str(tmp_path), "torch_trace") if torch_trace else None
     env = env_with(**(extra_env or {}))

@@ -33,6 +33,7 @@ class Agent:
         self.channel.convert = self._convert
         self.channel.periodic = self._periodic
         self.torch_installed = False
+        self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
         self._periodic_hooks: list[Any] = []
 
     # ---- records -> events (sender thread) ----

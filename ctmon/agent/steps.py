@@ -187,6 +187,7 @@ class StepClock:
         """Wrap what torch.compile returned for a function, to count calls."""
         clock = self
         is_compiling = self.is_compiling
+        mark = self.mark
 
         @functools.wraps(fn)
         def ctmon_compiled_call(*args: Any, **kwargs: Any) -> Any:
@@ -195,31 +196,41 @@ class StepClock:
             # the clock's state, or it would guard on them and recompile.
             if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
                 return fn(*args, **kwargs)
-            return clock._counted_call(id(ctmon_compiled_call), fn, args, kwargs)
+            if clock._call_key != key:
+                if clock._call_key is not None:
+                    return fn(*args, **kwargs)  # not the loop's model
+                clock._call_key = key
+            mark(RANK_COMPILED)
+            clock.depth = 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.depth = 0
 
+        key = id(ctmon_compiled_call)
         return ctmon_compiled_call
 
     def wrap_module_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap OptimizedModule.__call__ (class-wide) to count model calls."""
         clock = self
         is_compiling = self.is_compiling
+        mark = self.mark
 
         @functools.wraps(call)
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
                 return call(module, *args, **kwargs)
-            return clock._counted_call(id(module), call, (module, *args), kwargs)
+            key = id(module)
+            if clock._call_key != key:
+                if clock._call_key is not None:
+                    return call(module, *args, **kwargs)
+                clock._call_key = key
+            mark(RANK_COMPILED)
+            clock.depth = 1
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                clock.depth = 0
 
         __call__.__ctmon_wrapped__ = call  # type: ignore[attr-defined]
         return __call__
-
-    def _counted_call(self, key: int, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if self._call_key is None:
-            self._call_key = key
-        if key == self._call_key:
-            self.mark(RANK_COMPILED)
-        self.depth += 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.depth -= 1

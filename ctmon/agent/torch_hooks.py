@@ -99,7 +99,7 @@ def install(agent: Agent, torch: Any) -> None:
     # 2. optimizer steps
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(clock.optimizer_post_hook)
+    agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_post_hook)
 
     # 3. compiled callables, for loops without an optimizer
     compiler = getattr(torch, "compiler", None)

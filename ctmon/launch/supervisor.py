@@ -205,10 +205,9 @@ class Supervisor:
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        self._install_signals()
         start = time.time()
         try:
-            self._spawn()
+            self._spawn()  # before our signal handlers: the job inherits the defaults
         except OSError as e:
             self._emit(self._session_event(start, None))
             self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "error", "source": "ctmon",
@@ -217,6 +216,7 @@ class Supervisor:
             self._finish()
             return self.exit or ExitInfo(127, None, time.time())
         assert self.proc is not None
+        self._install_signals()
         self._emit(self._session_event(start, self.proc.pid))
         self._write_session_file("running")
         sampler = threading.Thread(target=self._sample_loop, name="ctmon-sampler", daemon=True)
@@ -489,6 +489,8 @@ class Supervisor:
             # decides whether to stop, as it would without ctmon.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGINT, self._on_signal)  # detached: pass it on
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._on_signal)
         if self.opts.mode == "record":

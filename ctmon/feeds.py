@@ -1,0 +1,165 @@
+"""Event feeds for viewers: where a viewer's events come from.
+
+A feed yields batches of events (lists) from a blocking iterator meant to run
+in a worker thread, and says whether it is live. Viewers fold each batch into
+their own ``Session`` store; they never parse anything themselves.
+
+* ``SocketFeed``: a live job, from its supervisor's viewer socket. The
+  supervisor streams the recording from byte 0, so the first batches bring
+  the full history, then new events as they happen. ``control()`` asks the
+  supervisor to signal the job (interrupt / terminate / kill).
+* ``RecordingFeed``: a finished (or still growing) recording on disk.
+* ``ListFeed``: events given in memory (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Iterator
+
+from ctmon import protocol
+from ctmon.reader import ReadStats, open_recording
+
+Batch = list[protocol.Event]
+BATCH_MAX = 2000
+
+
+class Feed:
+    live = False
+    name = ""
+
+    def batches(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def control(self, action: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class ListFeed(Feed):
+    def __init__(self, events: list[protocol.Event], live: bool = False, name: str = "events") -> None:
+        self._events = events
+        self.live = live
+        self.name = name
+
+    def batches(self) -> Iterator[Batch]:
+        for i in range(0, len(self._events), BATCH_MAX):
+            yield self._events[i : i + BATCH_MAX]
+
+
+class RecordingFeed(Feed):
+    """Reads a recording; with ``follow=True`` keeps reading as it grows."""
+
+    def __init__(self, path: str, follow: bool = False, poll_s: float = 0.2) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self.follow = follow
+        self.live = follow
+        self.poll_s = poll_s
+        self.stats = ReadStats()
+        self._closed = threading.Event()
+        self._f = open_recording(path)  # raises RecordingError with a clear message
+
+    def batches(self) -> Iterator[Batch]:
+        splitter = protocol.LineSplitter()
+        f = self._f
+        try:
+            while not self._closed.is_set():
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    if not self.follow:
+                        break
+                    time.sleep(self.poll_s)
+                    continue
+                batch: Batch = []
+                for line in splitter.feed(chunk):
+                    if not line.strip():
+                        continue
+                    self.stats.lines += 1
+                    ev = protocol.decode(line)
+                    if ev is None:
+                        self.stats.bad_lines += 1
+                        continue
+                    self.stats.events += 1
+                    if self.stats.first_kind is None:
+                        self.stats.first_kind = ev["kind"]
+                        if isinstance(ev.get("v"), int):
+                            self.stats.version = ev["v"]
+                    batch.append(ev)
+                    if ev["kind"] == protocol.EXIT and self.follow:
+                        self.follow = False
+                if batch:
+                    yield batch
+            self.stats.truncated_tail = bool(splitter.pending.strip())
+        finally:
+            f.close()
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class FeedError(Exception):
+    pass
+
+
+class SocketFeed(Feed):
+    """A live session, through its supervisor's viewer socket."""
+
+    live = True
+
+    def __init__(self, path: str, timeout: float = 5.0) -> None:
+        self.path = path
+        self.name = os.path.basename(os.path.dirname(path))
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(path)
+        except OSError as e:
+            s.close()
+            raise FeedError(f"cannot connect to {path}: {e.strerror or e}") from None
+        s.settimeout(None)
+        self._sock = s
+        self._lock = threading.Lock()
+        self.disconnected = False
+        self.oversized = 0
+
+    def batches(self) -> Iterator[Batch]:
+        splitter = protocol.LineSplitter()
+        sock = self._sock
+        try:
+            while True:
+                try:
+                    data = sock.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                batch = [ev for ev in protocol.iter_lines_decoded(splitter.feed(data))]
+                if batch:
+                    yield batch
+        finally:
+            self.oversized = splitter.oversized
+            self.disconnected = True
+
+    def control(self, action: str) -> bool:
+        if action not in ("interrupt", "terminate", "kill"):
+            return False
+        msg = protocol.encode({"kind": "control", "t": time.time(), "action": action})
+        try:
+            with self._lock:
+                self._sock.sendall(msg)
+            return True
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
