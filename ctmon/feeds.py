@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from ctmon import protocol
 from ctmon.reader import ReadStats, open_recording

@@ -20,7 +20,8 @@ or a socket that someone else wrote.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 PROTOCOL_VERSION = 1
 

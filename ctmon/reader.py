@@ -8,8 +8,9 @@ counted, never fatal.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from ctmon import protocol
 

@@ -44,7 +44,7 @@ class StepRing:
         self.slots = words[HEADER_WORDS : HEADER_WORDS + capacity]
 
     @classmethod
-    def create(cls, path: str, capacity: int = DEFAULT_CAPACITY) -> "StepRing":
+    def create(cls, path: str, capacity: int = DEFAULT_CAPACITY) -> StepRing:
         if capacity <= 0 or capacity & (capacity - 1):
             raise RingError("capacity must be a power of two")
         size = (HEADER_WORDS + capacity) * 8
@@ -62,7 +62,7 @@ class StepRing:
         return ring
 
     @classmethod
-    def open(cls, path: str) -> "StepRing":
+    def open(cls, path: str) -> StepRing:
         """Open an existing ring for reading (checked: it may be any file)."""
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
@@ -129,6 +129,7 @@ def release(obj: Any) -> None:
 
 
 SOURCES = ("compiled_call", "optimizer", "api")  # by rank; mirrors protocol.STEP_SOURCES
+MAX_BATCH = 8192  # boundaries per event: lines stay ~100 KB, far below the reader's limit
 
 
 class StepDecoder:
@@ -164,6 +165,9 @@ class StepDecoder:
                 self.next_idx = 0
                 self.prev_ns = None
                 continue
+            if len(batch) >= MAX_BATCH:
+                events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
+                batch = []
             if not batch:
                 first_ns = v
                 i0 = self.next_idx

@@ -68,3 +68,27 @@ def test_ctmon_step_is_a_noop_without_ctmon(tmp_path):
         capture_output=True, text=True, env=env_with(),
     )
     assert out.returncode == 0 and out.stdout.strip() == "False False"
+
+
+def test_recording_keeps_every_step_of_a_firehose(tmp_path):
+    """Far above 100k steps/s: every boundary reaches the recording, none dropped."""
+    n = 400_000
+    script = tmp_path / "firehose.py"
+    script.write_text(
+        "import sys, time, ctmon\n"
+        "n = int(sys.argv[1])\n"
+        "t0 = time.perf_counter()\n"
+        "for _ in range(n):\n"
+        "    ctmon.step()\n"
+        "print('RATE', n / (time.perf_counter() - t0))\n"
+    )
+    run = record(tmp_path, [str(script), str(n)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    rate = float(run.proc.stdout.split("RATE")[1])
+    assert rate > 100_000, rate  # the premise: this loop really is a firehose
+    rep = run.report()
+    assert rep["steps"]["count"] == n
+    assert rep["drops"]["steps"] == 0
+    batches = [e for e in run.events() if e["kind"] == "steps"]
+    assert sum(len(e["ns"]) for e in batches) == n
+    assert max(len(e["ns"]) for e in batches) <= 8192

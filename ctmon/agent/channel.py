@@ -20,7 +20,8 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ctmon import protocol
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ctmon import protocol
 from ctmon.agent.channel import Channel

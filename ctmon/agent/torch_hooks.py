@@ -26,8 +26,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ctmon import protocol
 from ctmon.agent.core import Agent
@@ -141,7 +142,7 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
                 return result
             if isinstance(result, torch.nn.Module):
                 cls = type(result)
-                if cls not in patched_module_cls and hasattr(cls, "__call__"):
+                if cls not in patched_module_cls:
                     patched_module_cls.append(cls)
                     if getattr(cls.__call__, "__ctmon_wrapped__", None) is None:
                         cls.__call__ = clock.wrap_module_call(cls.__call__)
@@ -173,7 +174,8 @@ def torch_event(torch: Any) -> protocol.Event:
     ev["triton"] = tv
     ev["cache_dir"] = inductor_cache_dir()
     ev["cache_entries"] = count_cache_entries(ev["cache_dir"])
-    for var in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCH_LOGS", "TORCH_TRACE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES"):
+    for var in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCH_LOGS", "TORCH_TRACE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                "TORCHINDUCTOR_CACHE_DIR"):
         if os.environ.get(var):
             ev.setdefault("env", {})[var] = os.environ[var][:200]
     return ev

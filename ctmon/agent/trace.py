@@ -19,7 +19,8 @@ import json
 import logging
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ctmon import protocol
 from ctmon.agent.channel import Channel

@@ -8,7 +8,7 @@ never a traceback); 3 when a ``--fail-on`` budget is broken.
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import ctmon
 

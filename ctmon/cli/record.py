@@ -3,20 +3,21 @@ its events go to a recording, and a short summary follows on stderr."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
-from ctmon.launch.spec import check_writable
+from ctmon.launch.spec import UsageError, check_writable
 from ctmon.launch.supervisor import Supervisor, SupervisorOptions, exit_like
+from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)", metavar="FILE"),
     OptionSpec(("-q", "--quiet"), "quiet", help="no summary at the end"),
+    OptionSpec(("--fail-on",), "fail_on", True, True, help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable)", metavar="EXPR"),
 ]
 USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
@@ -28,10 +29,19 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
     assert parsed.spec is not None
-    return run_headless(parsed.spec, parsed.values.get("output"), quiet=bool(parsed.values.get("quiet")))  # type: ignore[arg-type]
+    budgets = parse_budgets(parsed.values.get("fail_on") or [])  # type: ignore[arg-type]
+    return run_headless(parsed.spec, parsed.values.get("output"), quiet=bool(parsed.values.get("quiet")),  # type: ignore[arg-type]
+                        budgets=budgets)
 
 
-def run_headless(spec, output: str | None, quiet: bool = False, mode: str = "record") -> int:  # type: ignore[no-untyped-def]
+def parse_budgets(exprs: list[str]) -> list[gate.Budget]:
+    try:
+        return [gate.parse(e) for e in exprs]
+    except gate.BudgetError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[gate.Budget] | None = None) -> int:  # type: ignore[no-untyped-def]
     if output:
         check_writable(output)
     sid = runtime.new_session_id(spec.target)
@@ -42,12 +52,16 @@ def run_headless(spec, output: str | None, quiet: bool = False, mode: str = "rec
         info = sup.run()
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
-    if not quiet:
-        report = build_report(sup.session)
-        shown = recording if output is None else output
-        try:
-            sys.stderr.write("\n".join(summary_lines(report, os.path.relpath(shown) if not shown.startswith("/") else shown)) + "\n")
+    report = build_report(sup.session)
+    lines = [] if quiet else summary_lines(report, recording if output is None else output)
+    failures = gate.broken(budgets or [], report)
+    lines += [f"ctmon: {msg}" for msg in failures]
+    try:
+        if lines:
+            sys.stderr.write("\n".join(lines) + "\n")
             sys.stderr.flush()
-        except OSError:
-            pass
+    except OSError:
+        pass
+    if info.status == 0 and failures:
+        return gate.BUDGET_EXIT  # the job's own failure, if any, wins over budgets
     return exit_like(info)

@@ -6,18 +6,25 @@ import json
 import sys
 
 from ctmon.cli import CliError
+from ctmon.cli.record import parse_budgets
 from ctmon.reader import ReadStats, read_recording
+from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text
 from ctmon.store import Session
 
-HELP = """usage: ctmon report FILE [--json | --md]
+HELP = """usage: ctmon report FILE [--json | --md] [--fail-on EXPR ...]
 
 Summarise a recording made by 'ctmon record' or 'ctmon attach'.
 
 options:
   --json      print the report as JSON (schema: docs/REPORT.md)
   --md        print Markdown, fit for a pull-request comment
+  --fail-on EXPR
+              exit 3 if EXPR holds, e.g. 'recompiles>2' or 'limit_hits>0' (repeatable);
+              metrics: recompiles, compiles, graph_breaks, graph_break_sites, limit_hits,
+              compile_failures, compile_time_s, fx_cache_misses, aot_cache_misses,
+              cache_bypasses, critical_findings, warning_findings, p50_ms, p90_ms, steps
   -h, --help  show this help and exit
 """
 
@@ -31,7 +38,9 @@ def load(path: str) -> tuple[Session, ReadStats]:
 def main(argv: list[str]) -> int:
     fmt = "text"
     path = None
-    for a in argv:
+    budgets: list[str] = []
+    it = iter(argv)
+    for a in it:
         if a in ("-h", "--help"):
             sys.stdout.write(HELP)
             return 0
@@ -39,6 +48,11 @@ def main(argv: list[str]) -> int:
             fmt = "json"
         elif a == "--md":
             fmt = "md"
+        elif a == "--fail-on" or a.startswith("--fail-on="):
+            expr = a.partition("=")[2] if "=" in a else next(it, None)
+            if not expr:
+                raise CliError("report: --fail-on needs an expression, e.g. 'recompiles>2'")
+            budgets.append(expr)
         elif a.startswith("-"):
             raise CliError(f"report: unknown option {a} (try: ctmon report --help)")
         elif path is None:
@@ -47,6 +61,7 @@ def main(argv: list[str]) -> int:
             raise CliError("report: give one recording")
     if path is None:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
+    checks = parse_budgets(budgets)
     session, stats = load(path)
     report = build_report(session)
     for w in stats.warnings:
@@ -60,4 +75,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(markdown(report))
     else:
         sys.stdout.write(full_text(report))
-    return 0
+    failures = gate.broken(checks, report)
+    for msg in failures:
+        sys.stderr.write(f"ctmon: {msg}\n")
+    return gate.BUDGET_EXIT if failures else 0

@@ -95,6 +95,7 @@ def build_report(s: Session) -> dict[str, Any]:
             "entries_at_start": s.meta.cache_entries or None,
         },
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
+        "findings": [f.as_dict() for f in s.findings()],
         "drops": dict(s.drops),
         "notes": [
             {"level": n.get("level"), "source": n.get("source"), "message": n.get("message")}

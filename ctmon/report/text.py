@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
+
+
+def _wrap(text: str, first: str, rest: str, width: int = 100) -> str:
+    return "\n".join(textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest)) or first.rstrip()
 
 
 def fmt_ms(v: float | None) -> str:
@@ -94,10 +99,12 @@ def full_text(r: dict[str, Any]) -> str:
         add(f"Findings ({len(findings)})")
         for f in findings:
             add(f"  [{f['severity']}] {f['title']}")
-            add(f"      at {where(f.get('file'), f.get('line'))}")
+            if f.get("file"):
+                add(f"      at {where(f.get('file'), f.get('line'))}")
+            for e in (f.get("evidence") or [])[:4]:
+                add(_wrap(e, "      - ", "        "))
             if f.get("fix"):
-                for i, line in enumerate(str(f["fix"]).splitlines()):
-                    add(("      fix: " if i == 0 else "           ") + line)
+                add(_wrap(str(f["fix"]), "      fix: ", "           "))
     st = r["steps"]
     add("")
     add("Steps")

@@ -7,7 +7,8 @@ a machine without NVML or without GPUs reports that state once.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class GpuSampler:

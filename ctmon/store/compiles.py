@@ -170,6 +170,7 @@ class CompileState:
         self.breaks: dict[tuple[Any, Any], BreakSite] = {}
         self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
         self.bypass_reasons: Counter[str] = Counter()
+        self.guard_misses: dict[str, int] = {}  # misses where the graph was cached under other shape guards
         self.time_saved_s = 0.0
         self.autotune_kernels = 0
         self.autotune_cached = 0
@@ -317,6 +318,8 @@ class CompileState:
             return
         counts = self.cache.setdefault(cache, CacheCounts())
         setattr(counts, result, getattr(counts, result) + 1)
+        if result == "miss" and ev.get("detail") == "guard_miss":
+            self.guard_misses[cache] = self.guard_misses.get(cache, 0) + 1
         if result == "bypass" and ev.get("reason"):
             self.bypass_reasons[f"{cache}: {str(ev['reason'])[:300]}"] += 1
         saved = _num(ev.get("time_saved_s"))

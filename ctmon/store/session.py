@@ -95,6 +95,8 @@ class Session:
         self.last_t: float | None = None
         self.newer_protocol = False
         self.rev: Counter[str] = Counter()
+        self._findings: list[Any] = []
+        self._findings_key: Any = None
         self._handlers = {
             protocol.SESSION: self._on_session,
             protocol.PROCESS: self._on_process,
@@ -137,7 +139,7 @@ class Session:
         except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError):
             self.bad_events += 1
 
-    def apply_all(self, events: Any) -> "Session":
+    def apply_all(self, events: Any) -> Session:
         for ev in events:
             self.apply(ev)
         return self
@@ -308,6 +310,16 @@ class Session:
 
     def latest_sample(self) -> protocol.Event | None:
         return self.samples[-1] if self.samples else None
+
+    def findings(self) -> list[Any]:
+        """Findings for the current state, recomputed only when the state changed."""
+        from ctmon.store.findings import analyze
+
+        key = (self.rev["compile"], self.rev["steps"], self.rev["samples"] // 5, self.rev["meta"], self.exit is not None)
+        if self._findings_key != key:
+            self._findings = analyze(self)
+            self._findings_key = key
+        return self._findings
 
 
 def _s(v: Any) -> str | None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ctmon import protocol
 

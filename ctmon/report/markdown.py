@@ -1,0 +1,63 @@
+"""The report as Markdown, fit for a pull-request comment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctmon.report.text import exit_text, fmt_ms, fmt_s
+
+SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
+
+
+def _where(file: str | None, line: int | None, cwd: str | None) -> str:
+    if not file:
+        return ""
+    if cwd and file.startswith(cwd.rstrip("/") + "/"):
+        file = file[len(cwd.rstrip("/")) + 1 :]
+    return f"`{file}:{line}`" if line is not None else f"`{file}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(r: dict[str, Any]) -> str:
+    cwd = r.get("cwd")
+    cmd = " ".join(r.get("command") or []) or "job"
+    st, c, cache = r["steps"], r["compile"], r["cache"]
+    out = [f"### ctmon: `{cmd}` {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""), ""]
+    fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
+    rows = [
+        ("Steps", f"{st['count']} ({st['source']}), p50 {fmt_ms(st['p50_ms'])}, p90 {fmt_ms(st['p90_ms'])}"
+         if st["count"] else "no step boundaries"),
+        ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
+        ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
+        ("Recompile-limit hits", str(c["limit_hits"])),
+        ("FX graph cache", f"{fx.get('hit', 0)} hit, {fx.get('miss', 0)} miss, {fx.get('bypass', 0)} bypass"),
+        ("AOTAutograd cache", f"{aot.get('hit', 0)} hit, {aot.get('miss', 0)} miss, {aot.get('bypass', 0)} bypass"),
+    ]
+    out += ["| | |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
+    findings = [f for f in r.get("findings") or [] if f.get("severity") in ("critical", "warning")]
+    infos = [f for f in r.get("findings") or [] if f.get("severity") == "info"]
+    if findings:
+        out += [f"#### Findings ({len(findings)})", ""]
+        for f in findings:
+            where = _where(f.get("file"), f.get("line"), cwd)
+            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {where + ' — ' if where else ''}{f['title']}")
+            if f.get("fix"):
+                out.append(f"  - Fix: {f['fix']}")
+            if f.get("evidence"):
+                out.append("  <details><summary>Evidence</summary>")
+                out.append("")
+                out += [f"  - `{_cell(e)[:300]}`" for e in f["evidence"][:10]]
+                out.append("  </details>")
+        out.append("")
+    else:
+        out += ["No warnings: compilation looks healthy.", ""]
+    if infos:
+        out.append("<details><summary>Notes</summary>")
+        out.append("")
+        out += [f"- {f['title']}" for f in infos]
+        out.append("</details>")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,41 @@
+"""The findings engine: what is wrong, where, and what to change.
+
+Pure: a function of the session store alone, so it runs the same live (the
+TUI recomputes it when the store changes), on replay and in reports, and tests
+can drive it with events alone. Rules live by topic:
+
+* recompiles.py -- recompile limit (hit and approaching), shape recompiles,
+  Python-scalar recompiles (including .item() values after a graph break),
+  other guard kinds, compile failures;
+* breaks.py     -- graph breaks by cause, each site at file:line;
+* caches.py     -- misses where hits were expected, bypasses, disabled caches;
+* perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
+  skips, an idle GPU.
+
+A clean run has no ``warning`` or ``critical`` finding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctmon.store.findings import breaks, caches, perf, recompiles
+from ctmon.store.findings.model import SEVERITIES, Finding, order
+
+if TYPE_CHECKING:
+    from ctmon.store.session import Session
+
+__all__ = ["SEVERITIES", "Finding", "analyze"]
+
+_RULES = recompiles.RULES + breaks.RULES + caches.RULES + perf.RULES
+
+
+def analyze(session: Session) -> list[Finding]:
+    out: list[Finding] = []
+    for rule in _RULES:
+        try:
+            out.extend(rule(session))
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError):
+            # A malformed recording must not hide the other findings.
+            continue
+    return order(out)

@@ -1,0 +1,111 @@
+"""Compile caches: misses where hits were expected, bypasses, disabled caches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctmon.store.findings.model import Finding
+
+if TYPE_CHECKING:
+    from ctmon.store.session import Session
+
+PORTABLE = ("torch.compiler.save_cache_artifacts() after a warm run and torch.compiler.load_cache_artifacts() "
+            "before compiling in a fresh environment (e.g. a new container)")
+
+
+def tmp_default(cache_dir: str | None) -> bool:
+    """Inductor's default: a torchinductor_<user> directory in the temp dir."""
+    name = (cache_dir or "").rstrip("/").rsplit("/", 1)[-1]
+    return name.startswith("torchinductor_") and (cache_dir or "").startswith(("/tmp/", "/var/tmp/"))
+
+
+def _bypass_fix(reason: str) -> str:
+    low = reason.lower()
+    if "higherorderoperator" in low or "higher order" in low:
+        return ("The graph contains a higher-order op the cache cannot key (e.g. a custom autograd.Function or "
+                "flex_attention with a closure); keep such code outside the compiled region or accept recompiling it.")
+    if "unpicklable" in low or "pickle" in low:
+        return ("Something the graph captures cannot be pickled into a cache key (often a closure, lambda or custom "
+                "object baked in as a constant): pass it as a tensor argument or make it a module attribute of a "
+                "picklable type.")
+    if "freezing" in low:
+        return "torch._inductor.config.freezing disables the AOTAutograd cache; turn freezing off to cache these graphs."
+    if "not enabled" in low or "disabled" in low:
+        return ("Enable the caches: unset TORCHINDUCTOR_FORCE_DISABLE_CACHES and keep "
+                "torch._inductor.config.fx_graph_cache / torch._functorch.config.enable_autograd_cache on (default).")
+    if "torchbind" in low or "scriptobject" in low:
+        return "Graphs holding TorchScript/torchbind objects are not cached; keep those outside the compiled region."
+    return "PyTorch could not cache this graph for the reason above; keep the offending construct out of the compiled region."
+
+
+def rule_caches(s: Session) -> list[Finding]:
+    out: list[Finding] = []
+    cs, meta = s.compile, s.meta
+    fx, aot = cs.cache.get("fx_graph"), cs.cache.get("aot_autograd")
+    env = meta.env or {}
+    if env.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") not in (None, "", "0"):
+        out.append(Finding(
+            id="cache:disabled", rule="caches", severity="warning",
+            title="Inductor's compile caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)",
+            detail="Every start compiles from scratch; with caches, a restart would reuse earlier compiles.",
+            evidence=[f"TORCHINDUCTOR_FORCE_DISABLE_CACHES={env['TORCHINDUCTOR_FORCE_DISABLE_CACHES']}"],
+            fix="Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES (it is meant for debugging the caches themselves).",
+            rank=30,
+        ))
+    entries = meta.cache_entries or {}
+    for cache, n in sorted(cs.guard_misses.items()):
+        label = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(cache, cache)
+        out.append(Finding(
+            id=f"cache:guard-miss:{cache}", rule="caches", severity="warning",
+            title=f"{label} cache held these graphs but missed {n}× on their shape guards",
+            detail=("The same graph was cached, compiled for other input sizes; with dynamic shapes the cached entry "
+                    "is only reused when the new sizes satisfy its guards."),
+            evidence=[f"{label}: {n} guard miss(es) (PyTorch: cache_status_detailed = guard_miss)"],
+            fix=("Warm the cache with the sizes the job really uses (or mark the dims dynamic with ranges that cover "
+                 "them: torch._dynamo.mark_dynamic(t, dim, min=..., max=...)), and keep sizes stable between runs."),
+            rank=26,
+        ))
+    if fx is not None and fx.miss and not fx.hit and entries.get("fx_graph", 0) > 0:
+        # A directory the user chose for this job is expected to serve its
+        # graphs again; the shared default directory also holds everyone
+        # else's graphs, so there a full miss is only worth a note.
+        chosen = bool(env.get("TORCHINDUCTOR_CACHE_DIR")) or not tmp_default(meta.cache_dir)
+        out.append(Finding(
+            id="cache:expected-hits", rule="caches", severity="warning" if chosen else "info",
+            title=f"FX graph cache missed {fx.miss}× although {meta.cache_dir} held {entries['fx_graph']} entries at start",
+            detail=("The cache was warm but none of this run's graphs matched: if this job ran before with this cache "
+                    "directory, something in the cache key changed — code, shapes, dtypes, torch/triton version, "
+                    "Inductor config, or Python values baked into the graph."),
+            evidence=[f"cache dir: {meta.cache_dir}", f"entries at start: {entries}",
+                      f"FX graph: {fx.hit} hit / {fx.miss} miss / {fx.bypass} bypass"]
+            + ([f"AOTAutograd: {aot.hit} hit / {aot.miss} miss / {aot.bypass} bypass"] if aot else []),
+            fix=("Keep what the graph depends on stable between runs (same shapes and dtypes, same config, no "
+                 "Python values that change baked into the graph), and keep TORCHINDUCTOR_CACHE_DIR the same. "
+                 f"To reuse compiles across machines, use {PORTABLE}."),
+            rank=25,
+        ))
+    for reason, n in cs.bypass_reasons.most_common():
+        cache, _, why = reason.partition(": ")
+        label = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(cache, cache)
+        out.append(Finding(
+            id=f"cache:bypass:{cache}:{why[:60]}", rule="caches", severity="warning",
+            title=f"{label} cache bypassed {n}×: {why[:120]}",
+            detail="A bypassed graph is never cached: it compiles again on every start.",
+            evidence=[f"{label} cache bypass: {why}"],
+            fix=_bypass_fix(why), rank=20 + n,
+        ))
+    if fx is not None and fx.miss and not fx.hit and not entries.get("fx_graph") and tmp_default(meta.cache_dir) \
+            and not env.get("TORCHINDUCTOR_CACHE_DIR"):
+        out.append(Finding(
+            id="cache:cold-tmp", rule="caches", severity="info",
+            title="Compiled from a cold cache in a temporary directory",
+            detail=(f"Inductor's cache is {meta.cache_dir}, which is lost on reboot and is private to each container; "
+                    "the next start of this job can reuse this run's compiles only if the directory survives."),
+            evidence=[f"FX graph: {fx.miss} miss; AOTAutograd: {aot.miss if aot else 0} miss"],
+            fix=f"Set TORCHINDUCTOR_CACHE_DIR to a persistent directory (e.g. on the shared filesystem), or use {PORTABLE}.",
+            rank=1,
+        ))
+    return out
+
+
+RULES = (rule_caches,)

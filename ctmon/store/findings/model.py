@@ -1,0 +1,40 @@
+"""A finding: what is wrong, where in the user's code, the evidence, and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "warning", "critical")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass
+class Finding:
+    id: str  # stable across runs of the same code: "<rule>:<what>"
+    rule: str  # recompile-limit, shape-recompiles, scalar-recompiles, guard-recompiles, graph-breaks, ...
+    severity: str
+    title: str
+    file: str | None = None
+    line: int | None = None
+    detail: str = ""  # why it matters, in a sentence or two
+    evidence: list[str] = field(default_factory=list)  # the events behind it
+    fix: str = ""  # the concrete change, naming the API
+    rank: float = 0.0  # orders findings of equal severity (higher first)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "rule": self.rule,
+            "severity": self.severity,
+            "title": self.title,
+            "file": self.file,
+            "line": self.line,
+            "detail": self.detail,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.severity, 0), -f.rank, f.id))
