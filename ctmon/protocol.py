@@ -98,17 +98,18 @@ def encode(event: Event) -> bytes:
     try:
         text = _encoder.encode(event)
     except ValueError:
-        text = _encoder.encode(_finite(event))
+        text = _encoder.encode(finite(event))
     return (text + "\n").encode("utf-8", "surrogatepass")
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """A copy with NaN and infinities replaced by None (strict JSON has neither)."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
@@ -126,8 +127,14 @@ def decode(line: bytes | str) -> Event | None:
     if not isinstance(kind, str):
         return None
     t = obj.get("t")
-    if not isinstance(t, (int, float)) or isinstance(t, bool):
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
         obj["t"] = 0.0
+    else:
+        try:
+            ft = float(t)
+        except OverflowError:
+            ft = 0.0
+        obj["t"] = ft if ft == ft and abs(ft) != float("inf") else 0.0
     return obj
 
 

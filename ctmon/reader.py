@@ -43,8 +43,14 @@ def iter_stream(f: BinaryIO, stats: ReadStats | None = None) -> Iterator[protoco
         for line in splitter.feed(chunk):
             yield from _decode_line(line, st)
     st.oversized = splitter.oversized
-    if splitter.pending.strip():
-        st.truncated_tail = True
+    tail = splitter.pending
+    if tail.strip():
+        # A last line without its newline: complete if it parses, else cut off.
+        ev = protocol.decode(tail)
+        if ev is not None:
+            yield from _decode_line(tail, st)
+        else:
+            st.truncated_tail = True
 
 
 def _decode_line(line: bytes, st: ReadStats) -> Iterator[protocol.Event]:
@@ -83,8 +89,9 @@ def open_recording(path: str) -> BinaryIO:
     if b"\x00" in head:
         f.close()
         raise RecordingError(f"{path} is not a ctmon recording (binary data)")
-    first = head.split(b"\n", 1)[0]
-    if protocol.decode(first) is None and b"\n" in head:
+    lines = [ln for ln in head.split(b"\n") if ln.strip()]
+    first = lines[0] if lines else b""
+    if protocol.decode(first) is None and (len(lines) > 1 or head.endswith(b"\n")):
         f.close()
         raise RecordingError(f"{path} is not a ctmon recording (first line is not a ctmon event)")
     return f

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from typing import Any
 
 MAGIC = 0x43544D4F4E524E47  # "CTMONRNG"
@@ -64,24 +65,29 @@ class StepRing:
     @classmethod
     def open(cls, path: str) -> StepRing:
         """Open an existing ring for reading (checked: it may be any file)."""
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO planted at the path must not hang the supervisor.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         try:
             st = os.fstat(fd)
-            if st.st_uid != os.getuid() or st.st_size < HEADER_WORDS * 8:
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
                 raise RingError("not a step ring owned by this user")
+            if st.st_size < HEADER_WORDS * 8 or st.st_size % 8:
+                raise RingError("not a ctmon step ring (bad size)")
             mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
-        words = memoryview(mm).cast("q")
-        magic, version, capacity = words[W_MAGIC], words[W_VERSION], words[W_CAPACITY]
-        words.release()
-        if magic != MAGIC or version != VERSION or capacity <= 0 or capacity & (capacity - 1):
+        try:
+            words = memoryview(mm).cast("q")
+            magic, version, capacity = words[W_MAGIC], words[W_VERSION], words[W_CAPACITY]
+            words.release()
+            if magic != MAGIC or version != VERSION or capacity <= 0 or capacity & (capacity - 1):
+                raise RingError("not a ctmon step ring")
+            if (HEADER_WORDS + capacity) * 8 > len(mm):
+                raise RingError("step ring is truncated")
+            return cls(mm, capacity)
+        except (RingError, TypeError, ValueError) as e:
             mm.close()
-            raise RingError("not a ctmon step ring")
-        if (HEADER_WORDS + capacity) * 8 > len(mm):
-            mm.close()
-            raise RingError("step ring is truncated")
-        return cls(mm, capacity)
+            raise RingError(str(e) or "not a ctmon step ring") from None
 
     def close(self) -> None:
         try:
@@ -118,6 +124,14 @@ class RingReader:
             values = list(ring.slots[start:]) + list(ring.slots[:end])
         else:
             values = list(ring.slots[start:end])
+        # The writer never waits: if it lapped us while we copied, the oldest
+        # values we copied may already be newer ones. Drop those, count them.
+        w2 = ring.header[W_INDEX]
+        overwritten = w2 - ring.capacity - r
+        if overwritten > 0:
+            values = values[overwritten:]
+            lost += overwritten
+            self.lost += overwritten
         self.read_index = w
         return values, lost
 

@@ -57,3 +57,9 @@ def is_user_file(path: str | None) -> bool:
     if "site-packages" in full or "dist-packages" in full:
         return True
     return not full.startswith(_stdlib_dirs())
+
+
+def is_ctmon_file(path: str | None) -> bool:
+    if not path:
+        return False
+    return os.path.abspath(path).startswith(tuple(_variants(_CTMON_DIR)))

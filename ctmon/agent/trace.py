@@ -24,7 +24,7 @@ from typing import Any
 
 from ctmon import protocol
 from ctmon.agent.channel import Channel
-from ctmon.agent.paths import is_user_file
+from ctmon.agent.paths import is_ctmon_file, is_user_file
 
 KEEP_EVENTS = frozenset(
     {"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str"}
@@ -187,6 +187,7 @@ def attribute_module() -> dict[str, Any] | None:
 _GB_LOC = re.compile(r"Graph break in user code at (.*):(\d+)\s*$")
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
 _TICKED = re.compile(r"`([^`]+)`")
+_NAME_TOKEN = re.compile(r"^[A-Za-z_][\w.]{0,60}(\(\))?\.?$")
 _URL = re.compile(r"(https?://\S+/(gb\d+)\.html)")
 
 
@@ -236,7 +237,8 @@ def parse_graph_break(text: str) -> dict[str, Any]:
     # A generic type ("Failed to trace builtin operator") says more with the
     # name the explanation gives it (`print`).
     tok = _TICKED.search(expl[0]) if expl else None
-    if tok and tok.group(1) not in summary and len(tok.group(1)) < 80:
+    if tok and tok.group(1) not in summary and _NAME_TOKEN.match(tok.group(1)):
+        # only a name (`print`, `time.time`), never PyTorch's example code
         summary = f"{summary}: {tok.group(1)}"
     out["summary"] = summary
     hints = [x.strip()[len("Hint:") :].strip() for x in reason_lines if x.strip().startswith("Hint:")]
@@ -317,6 +319,8 @@ class TraceConverter:
                 ev["compile_id"] = m["compile_id"]
         elif name == "dynamo_graph_break_reason":
             ev = {"kind": protocol.GRAPH_BREAK, **base, **parse_graph_break(extra or "")}
+            # the job's stack starts in ctmon's launcher: not the user's code
+            ev["user_stack"] = [f for f in ev.get("user_stack") or [] if not is_ctmon_file(f.get("file"))]
         elif name == "recompile_reasons":
             ev = {"kind": protocol.RECOMPILE_REASONS, **base, "reasons": parse_reasons(extra)}
         elif name in CACHE_ARTIFACTS:

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     for w in stats.warnings:
         sys.stderr.write(f"ctmon: {w}\n")
     if fmt == "json":
-        json.dump(report, sys.stdout, indent=2, sort_keys=False)
+        json.dump(report, sys.stdout, indent=2, sort_keys=False, allow_nan=False, default=str)
         sys.stdout.write("\n")
     elif fmt == "md":
         from ctmon.report.markdown import markdown

@@ -48,6 +48,7 @@ from ctmon.store import ExitInfo, Session
 READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
 VIEWER_GRACE_S = 5.0
+REGISTRY_INTERVAL_S = 2.0  # how often session.json (what `ctmon watch` lists) is refreshed
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
 
@@ -120,6 +121,7 @@ class Supervisor:
         self._pending_signals: list[int] = []
         self._stop_sampler = threading.Event()
         self._pidfd = -1
+        self._next_registry = 0.0
         self.agent_path = os.path.join(opts.session_dir, "agent.sock")
         self.viewer_path = os.path.join(opts.session_dir, "viewer.sock")
         self.on_event: Callable[[protocol.Event], None] | None = None
@@ -277,6 +279,10 @@ class Supervisor:
                 self._emit(self.inbox.popleft())
             self._drain_rings()
             self._flush()
+            now = time.monotonic()
+            if now >= self._next_registry:
+                self._next_registry = now + REGISTRY_INTERVAL_S
+                self._write_session_file("running")
             if exited_at is None and self.proc.poll() is not None:
                 exited_at = time.monotonic()
                 if self._pidfd >= 0:
@@ -385,6 +391,9 @@ class Supervisor:
             a.sock.close()
             self.agents.remove(a)
             return
+        # Device-time windows name step indices: make sure those steps are in
+        # the recording first (they travel through the ring, not the socket).
+        self._drain_rings()
         for line in a.splitter.feed(data):
             ev = protocol.decode(line)
             if ev is None or ev["kind"] in (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE,
@@ -633,23 +642,32 @@ class Supervisor:
             signal.set_wakeup_fd(-1)
 
     def _write_session_file(self, state: str) -> None:
+        """What `ctmon watch` lists: written atomically, refreshed every few seconds."""
+        sess = self.session
         info = {
             "id": self.opts.session_id,
-            "state": state,
+            "state": sess.state if state == "running" else state,
             "supervisor_pid": os.getpid(),
             "job_pid": self.proc.pid if self.proc else None,
             "command": self.spec.display(),
             "cwd": self.spec.cwd,
-            "start": self.session.meta.start_t,
+            "start": sess.meta.start_t,
+            "updated": time.time(),
             "recording": os.path.abspath(self.opts.recording),
             "mode": self.opts.mode,
+            "steps": sess.steps.count,
+            "compiles": sess.compile.compile_count,
+            "recompiles": sess.compile.recompile_count,
+            "graph_breaks": sess.compile.graph_break_count,
+            "tcp": self.tcp_address,
         }
-        if self.session.exit is not None:
-            info["exit_status"] = self.session.exit.status
+        if sess.exit is not None:
+            info["exit_status"] = sess.exit.status
         path = os.path.join(self.opts.session_dir, "session.json")
         try:
             tmp = path + ".tmp"
-            with open(tmp, "w") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 json.dump(info, f)
             os.replace(tmp, path)
         except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import ctmon
+from ctmon.protocol import finite
 from ctmon.store import Session
 from ctmon.store.compiles import Frame
 
@@ -102,7 +103,9 @@ def build_report(s: Session) -> dict[str, Any]:
             for n in s.notes
         ],
     }
-    return report
+    # Values copied from events (devices, notes) can hold anything a writer
+    # put there; the report is strict JSON regardless.
+    return finite(report)  # type: ignore[no-any-return]
 
 
 def _frame(f: Frame) -> dict[str, Any]:

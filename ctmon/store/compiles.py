@@ -194,11 +194,12 @@ class CompileState:
 
     def _new_frame(self, fid: Any, start: protocol.Event | None, metrics: protocol.Event | None = None) -> Frame:
         src = start or {}
-        code = Location(src.get("file"), src.get("line"), src.get("name"))
+        code = Location(_path(src.get("file")), _line(src.get("line")), _path(src.get("name")))
         if metrics is not None and not code.file:
-            code = Location(metrics.get("co_filename"), metrics.get("co_firstlineno"), metrics.get("co_name"))
+            code = Location(_path(metrics.get("co_filename")), _line(metrics.get("co_firstlineno")),
+                            _path(metrics.get("co_name")))
         module = src.get("module") if isinstance(src.get("module"), str) else None
-        mfile, mline = src.get("module_file"), src.get("module_line")
+        mfile, mline = _path(src.get("module_file")), _line(src.get("module_line"))
         loc = Location(code.file, code.line, display_name(code.name))
         if start is None or src.get("user_code", True):
             if module and mfile == code.file and mline == code.line:
@@ -208,7 +209,7 @@ class CompileState:
             loc = Location(mfile, mline, f"{module}.forward")
         elif isinstance(src.get("user"), dict):
             u = src["user"]
-            loc = Location(u.get("file"), u.get("line"), module or code.name)
+            loc = Location(_path(u.get("file")), _line(u.get("line")), module or code.name)
         return Frame(frame_id=fid, loc=loc, code=code, module=module)
 
     def on_reasons(self, ev: protocol.Event) -> None:
@@ -225,10 +226,10 @@ class CompileState:
         frame = self.frames.get(fid)
         if frame is None:
             frame = self.frames[fid] = self._new_frame(fid, start, ev)
-        elif not frame.code.name and ev.get("co_name"):
-            frame.code = Location(ev.get("co_filename"), ev.get("co_firstlineno"), ev.get("co_name"))
-        t = float(ev.get("t") or 0.0)
-        time_s = _num(ev.get("entire_frame_compile_time_s")) or 0.0
+        elif not frame.code.name and _path(ev.get("co_name")):
+            frame.code = Location(_path(ev.get("co_filename")), _line(ev.get("co_firstlineno")), _path(ev.get("co_name")))
+        t = _num(ev.get("t")) or 0.0
+        time_s = max(0.0, _num(ev.get("entire_frame_compile_time_s")) or 0.0)
         rec = CompileRecord(
             compile_id=cid,
             frame_id=fid,
@@ -278,20 +279,20 @@ class CompileState:
     def on_bwd(self, ev: protocol.Event) -> None:
         self.bwd_compiles += 1
         dur = _num(ev.get("duration_us"))
-        self.bwd_time_s += dur / 1e6 if dur is not None else (_num(ev.get("inductor_compile_time_s")) or 0.0)
+        secs = dur / 1e6 if dur is not None else (_num(ev.get("inductor_compile_time_s")) or 0.0)
+        self.bwd_time_s += max(0.0, secs)
         skip = _str(ev.get("cudagraph_skip_reason"))
         if skip:
             self.cudagraph_skips[skip[:300]] += 1
 
     def on_graph_break(self, ev: protocol.Event) -> BreakSite:
-        file, line = ev.get("file"), ev.get("line")
+        file, line = _path(ev.get("file")), _line(ev.get("line"))
         summary = _str(ev.get("summary")) or _str(ev.get("reason")) or "graph break"
         key = (file, line)
         site = self.breaks.get(key)
-        t = float(ev.get("t") or 0.0)
+        t = _num(ev.get("t")) or 0.0
         if site is None:
-            site = self.breaks[key] = BreakSite(file=file, line=line if isinstance(line, int) else None,
-                                                reason=summary, first_t=t)
+            site = self.breaks[key] = BreakSite(file=file, line=line, reason=summary, first_t=t)
         site.count += 1
         site.last_t = t
         site.reasons[summary] += 1
@@ -323,7 +324,7 @@ class CompileState:
         if result == "bypass" and ev.get("reason"):
             self.bypass_reasons[f"{cache}: {str(ev['reason'])[:300]}"] += 1
         saved = _num(ev.get("time_saved_s"))
-        if saved and result == "hit" and cache == "aot_autograd":
+        if saved and saved > 0 and result == "hit" and cache == "aot_autograd":
             self.time_saved_s += saved
 
     def on_autotune(self, ev: protocol.Event) -> None:
@@ -346,11 +347,25 @@ class CompileState:
         return sorted(self.frames.values(), key=lambda f: (-len(f.compiles), str(f.frame_id)))
 
     def breaks_sorted(self) -> list[BreakSite]:
-        return sorted(self.breaks.values(), key=lambda b: (-b.count, b.file or "", b.line or 0))
+        return sorted(self.breaks.values(), key=lambda b: (-b.count, str(b.file or ""), b.line or 0))
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if f == f and abs(f) != float("inf") else None
+
+
+def _path(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _line(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _int(v: Any) -> int:

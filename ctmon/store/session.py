@@ -128,13 +128,13 @@ class Session:
         if handler is None:
             self.unknown[str(kind)[:40]] += 1
             return
-        t = ev.get("t")
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
-            if self.first_t is None or t < self.first_t:
-                self.first_t = float(t)
-            if self.last_t is None or t > self.last_t:
-                self.last_t = float(t)
         try:
+            t = _finite(ev.get("t"))
+            if t is not None and t > 0:
+                if self.first_t is None or t < self.first_t:
+                    self.first_t = t
+                if self.last_t is None or t > self.last_t:
+                    self.last_t = t
             handler(ev)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError):
             self.bad_events += 1
@@ -145,7 +145,7 @@ class Session:
         return self
 
     def _log(self, t: Any, kind: str, text: str, severity: str = "info", ref: Any = None) -> None:
-        self.log.append(LogEntry(float(t) if isinstance(t, (int, float)) else 0.0, kind, text, severity, ref))
+        self.log.append(LogEntry(_finite(t) or 0.0, kind, text, severity, ref))
         self.log_counts[kind] += 1
         self.rev["log"] += 1
 
@@ -168,8 +168,8 @@ class Session:
         if isinstance(ev.get("job_pid"), int):
             m.pid = ev["job_pid"]
         m.recording = _s(ev.get("recording")) or m.recording
-        if isinstance(ev.get("t"), (int, float)):
-            m.start_t = float(ev["t"])
+        if _finite(ev.get("t")):
+            m.start_t = _finite(ev.get("t"))
         self.rev["meta"] += 1
 
     def _on_process(self, ev: protocol.Event) -> None:
@@ -282,8 +282,11 @@ class Session:
     def _on_exit(self, ev: protocol.Event) -> None:
         code = ev.get("code")
         sig = _s(ev.get("signal"))
-        self.exit = ExitInfo(code if isinstance(code, int) else None, sig, float(ev.get("t") or 0.0))
+        self.exit = ExitInfo(code if isinstance(code, int) else None, sig, _finite(ev.get("t")) or 0.0)
+        before = self.output.total_lines
         self.output.flush_partial()
+        if self.output.total_lines != before:
+            self.rev["output"] += 1
         what = f"exited with code {self.exit.code}" if self.exit.code is not None else f"killed by {sig}"
         self._log(ev.get("t"), "exit", f"job {what}", "critical" if self.exit.status != 0 else "info")
         self.rev["meta"] += 1
@@ -320,6 +323,16 @@ class Session:
             self._findings = analyze(self)
             self._findings_key = key
         return self._findings
+
+
+def _finite(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if f == f and abs(f) != float("inf") else None
 
 
 def _s(v: Any) -> str | None:

@@ -55,6 +55,7 @@ class StepSeries:
         self.host_ms = array("d")  # interval ending at boundary i (NaN for i == 0 / after a gap)
         self.dev_ms = array("d")  # device-timed interval, NaN where unknown
         self.device_windows = 0
+        self._pending_windows: list[tuple[int, int, float]] = []
         self._sorted_cache: tuple[int, int, list[float]] | None = None
 
     def __len__(self) -> int:
@@ -71,26 +72,43 @@ class StepSeries:
             self.dev_ms.extend([NAN] * gap)
         elif i0 < n:  # duplicate or reordered batch: keep what we have
             return
-        t = t0
-        first = True
         times, host, dev = self.times, self.host_ms, self.dev_ms
+        # Times come from an integer running sum: adding tiny deltas to a
+        # Unix-epoch float would drift (and could even run backwards).
+        cum = 0
+        first = True
+        floor = times[-1] if len(times) else float("-inf")
         for d in deltas_ns:
-            if not isinstance(d, int) or d < 0:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
                 d = 0
             if first:
                 first = False
             else:
-                t += d / 1e9
+                cum += d
+            t = max(t0 + cum / 1e9, floor)
+            floor = t
             times.append(t)
             host.append(d / 1e6 if d > 0 and len(times) > 1 else NAN)
             dev.append(NAN)
+        if self._pending_windows:
+            pending, self._pending_windows = self._pending_windows, []
+            for w in pending:
+                self.add_device_window(*w)
 
     def add_device_window(self, i0: int, i1: int, ms: float) -> None:
-        if not (isinstance(i0, int) and isinstance(i1, int)) or i1 <= i0 or ms is None or ms < 0:
+        if not (isinstance(i0, int) and isinstance(i1, int)) or isinstance(i0, bool) or i0 < 0 or i1 <= i0:
+            return
+        if not isinstance(ms, (int, float)) or ms != ms or ms < 0 or ms == float("inf"):
             return
         n = len(self.dev_ms)
+        if i1 >= n:
+            # The window reached us before its boundaries (they travel by
+            # another path): apply it when they arrive.
+            if len(self._pending_windows) < 10_000:
+                self._pending_windows.append((i0, i1, ms))
+            return
         per = ms / (i1 - i0)
-        for k in range(i0 + 1, min(i1, n - 1) + 1):
+        for k in range(i0 + 1, i1 + 1):
             self.dev_ms[k] = per
         self.device_windows += 1
         self._sorted_cache = None
@@ -188,7 +206,8 @@ class StepClock:
         if not isinstance(i0, int) or i0 < 0:
             return False
         t0 = ev.get("t")
-        self._get(src).add_batch(i0, float(t0) if isinstance(t0, (int, float)) else 0.0, ns)
+        ok_t = isinstance(t0, (int, float)) and not isinstance(t0, bool) and t0 == t0 and abs(t0) != float("inf")
+        self._get(src).add_batch(i0, float(t0) if ok_t else 0.0, ns)
         return True
 
     def on_device_time(self, ev: protocol.Event) -> bool:
@@ -199,7 +218,7 @@ class StepClock:
         ms = ev.get("ms")
         if not isinstance(ms, (int, float)):
             return False
-        s.add_device_window(ev.get("i0"), ev.get("i1"), float(ms))  # type: ignore[arg-type]
+        s.add_device_window(ev.get("i0"), ev.get("i1"), ms)  # type: ignore[arg-type]
         return True
 
     @property
