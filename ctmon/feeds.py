@@ -108,7 +108,7 @@ class FeedError(Exception):
 
 
 class SocketFeed(Feed):
-    """A live session, through its supervisor's viewer socket."""
+    """A live session, through its supervisor's viewer socket (or TCP, with a token)."""
 
     live = True
 
@@ -123,6 +123,24 @@ class SocketFeed(Feed):
             s.close()
             raise FeedError(f"cannot connect to {path}: {e.strerror or e}") from None
         s.settimeout(None)
+        self._setup(s)
+
+    @classmethod
+    def tcp(cls, host: str, port: int, token: str, timeout: float = 5.0) -> SocketFeed:
+        """A session served with --listen, e.g. through an SSH port forward."""
+        try:
+            s = socket.create_connection((host, port), timeout=timeout)
+            s.sendall(protocol.encode({"kind": "hello", "t": time.time(), "token": token}))
+        except OSError as e:
+            raise FeedError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+        s.settimeout(None)
+        feed = cls.__new__(cls)
+        feed.path = f"{host}:{port}"
+        feed.name = feed.path
+        feed._setup(s)
+        return feed
+
+    def _setup(self, s: socket.socket) -> None:
         self._sock = s
         self._lock = threading.Lock()
         self.disconnected = False

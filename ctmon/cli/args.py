@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ctmon.launch.spec import JobSpec, UsageError, check_module, check_script
+from ctmon.launch.spec import JobSpec, UsageError, check_module, check_script, check_torch
 
 
 @dataclass
@@ -87,6 +87,7 @@ def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parse
         check_script(name)
     else:
         check_module(name, cwd)
+    check_torch()
     out.spec = JobSpec(mode=mode, target=name, args=list(rest), cwd=cwd)
     return out
 

@@ -8,8 +8,8 @@ import sys
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
-from ctmon.launch.spec import UsageError, check_writable
-from ctmon.launch.supervisor import Supervisor, SupervisorOptions, exit_like
+from ctmon.launch.spec import UsageError, check_not_target, check_writable
+from ctmon.launch.supervisor import Supervisor, SupervisorOptions, exit_like, parse_listen
 from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
@@ -18,6 +18,7 @@ OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)", metavar="FILE"),
     OptionSpec(("-q", "--quiet"), "quiet", help="no summary at the end"),
     OptionSpec(("--fail-on",), "fail_on", True, True, help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable)", metavar="EXPR"),
+    OptionSpec(("--listen",), "listen", True, help="also serve viewers over TCP at [HOST:]PORT (loopback by default; token required)", metavar="ADDR"),
 ]
 USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
@@ -30,8 +31,19 @@ def main(argv: list[str]) -> int:
         return 0
     assert parsed.spec is not None
     budgets = parse_budgets(parsed.values.get("fail_on") or [])  # type: ignore[arg-type]
+    listen = check_listen(parsed.values.get("listen"))  # type: ignore[arg-type]
     return run_headless(parsed.spec, parsed.values.get("output"), quiet=bool(parsed.values.get("quiet")),  # type: ignore[arg-type]
-                        budgets=budgets)
+                        budgets=budgets, listen=listen)
+
+
+def check_listen(spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    try:
+        parse_listen(spec)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return spec
 
 
 def parse_budgets(exprs: list[str]) -> list[gate.Budget]:
@@ -41,14 +53,20 @@ def parse_budgets(exprs: list[str]) -> list[gate.Budget]:
         raise UsageError(str(e)) from None
 
 
-def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[gate.Budget] | None = None) -> int:  # type: ignore[no-untyped-def]
+def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[gate.Budget] | None = None,  # type: ignore[no-untyped-def]
+                 listen: str | None = None) -> int:
     if output:
         check_writable(output)
+        check_not_target(output, spec)
     sid = runtime.new_session_id(spec.target)
     recording = output or runtime.default_recording(sid)
     sdir = runtime.session_dir(sid)
     try:
-        sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record"))
+        sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record",
+                                                 listen=listen))
+        if listen:
+            sup.on_listening = lambda addr, token: _say(
+                f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token {token}")
         info = sup.run()
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
@@ -65,3 +83,11 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     if info.status == 0 and failures:
         return gate.BUDGET_EXIT  # the job's own failure, if any, wins over budgets
     return exit_like(info)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass

@@ -69,3 +69,67 @@ def default_recording(session_id: str) -> str:
 def output_log_path(recording: str) -> str:
     base = recording[: -len(".jsonl")] if recording.endswith(".jsonl") else recording
     return base + ".output.log"
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_sessions(clean: bool = True) -> list[dict[str, object]]:
+    """This user's live sessions (newest first), from their session.json files.
+
+    A session whose supervisor is gone (killed with -9, machine rebooted) has
+    nothing left to attach to; its directory is removed when ``clean``.
+    """
+    import json
+    import shutil
+
+    try:
+        root = runtime_dir()
+        names = os.listdir(root)
+    except (OSError, RuntimeDirError):
+        return []
+    out = []
+    for name in names:
+        d = os.path.join(root, name)
+        info_path = os.path.join(d, "session.json")
+        try:
+            st = os.lstat(d)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            with open(info_path) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict):
+            continue
+        live = _alive(info.get("supervisor_pid")) and os.path.exists(os.path.join(d, "viewer.sock"))
+        if not live:
+            if clean and time.time() - st.st_mtime > 5:
+                shutil.rmtree(d, ignore_errors=True)
+            continue
+        info["session_dir"] = d
+        info["viewer_socket"] = os.path.join(d, "viewer.sock")
+        out.append(info)
+    out.sort(key=lambda i: -(i.get("start") or 0))  # type: ignore[operator]
+    return out
+
+
+def find_session(key: str) -> dict[str, object] | None:
+    """By job pid, supervisor pid, or session id (or a unique prefix of it)."""
+    sessions = list_sessions()
+    if key.isdigit():
+        pid = int(key)
+        for s in sessions:
+            if pid in (s.get("job_pid"), s.get("supervisor_pid")):
+                return s
+    matches = [s for s in sessions if str(s.get("id", "")).startswith(key)]
+    return matches[0] if len(matches) == 1 else None

@@ -83,3 +83,34 @@ def check_writable(path: str) -> None:
             raise UsageError(f"cannot write the recording to '{path}': permission denied")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write the recording to '{path}': directory {parent} is not writable")
+
+
+MIN_TORCH = (2, 5)  # structured compile trace with the record shape ctmon relies on
+
+
+def check_torch() -> None:
+    """torch must be importable by the job's Python, and recent enough.
+
+    Read from the package metadata, so this costs milliseconds, not an import.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("torch")
+    except PackageNotFoundError:
+        raise UsageError(
+            f"torch is not installed in this Python environment ({sys.executable}); install it there, "
+            "or run the ctmon of the environment your job uses"
+        ) from None
+    nums = []
+    for part in v.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        nums.append(int(digits) if digits else 0)
+    if tuple(nums) < MIN_TORCH:
+        raise UsageError(f"torch {v} is too old: ctmon needs torch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer")
+
+
+def check_not_target(output: str, spec: JobSpec) -> None:
+    if spec.mode == "script" and os.path.exists(output) and os.path.exists(spec.target):
+        if os.path.samefile(output, spec.target):
+            raise UsageError(f"refusing to write the recording over the script itself ({output})")

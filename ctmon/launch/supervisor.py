@@ -23,8 +23,10 @@ from __future__ import annotations
 import codecs
 import errno
 import fcntl
+import hmac
 import json
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -48,7 +50,9 @@ from ctmon.store import ExitInfo, Session
 READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
 VIEWER_GRACE_S = 5.0
-REGISTRY_INTERVAL_S = 2.0  # how often session.json (what `ctmon watch` lists) is refreshed
+AUTH_TIMEOUT_S = 5.0
+REGISTRY_INTERVAL_S = 2.0
+MAX_PENDING_BYTES = 256 << 20  # events held in memory while the disk is full  # how often session.json (what `ctmon watch` lists) is refreshed
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
 
@@ -63,6 +67,7 @@ class SupervisorOptions:
     sample_interval: float = 1.0
     pty_size: tuple[int, int] = (40, 120)
     extra_env: dict[str, str] = field(default_factory=dict)
+    listen: str | None = None  # "[HOST:]PORT": also serve viewers over TCP (token required)
 
 
 class _Stream:
@@ -89,11 +94,14 @@ class _Ring:
 
 
 class _Viewer:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, authed: bool = True) -> None:
         self.sock = sock
         self.cursor = 0
         self.splitter = protocol.LineSplitter(max_line=4096)
         self.writing = False
+        # TCP viewers must present the session token first, within a deadline.
+        self.authed = authed
+        self.deadline = time.monotonic() + AUTH_TIMEOUT_S
 
 
 class Supervisor:
@@ -113,7 +121,10 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._rec: Any = None
+        self._rec_fd = -1
+        self._pending: list[bytes] = []  # lines not yet on disk (a full disk keeps them here)
+        self._pending_bytes = 0
+        self._lost_lines = 0
         self._rec_read_fd = -1
         self._rec_size = 0
         self._rec_error: str | None = None
@@ -122,9 +133,13 @@ class Supervisor:
         self._stop_sampler = threading.Event()
         self._pidfd = -1
         self._next_registry = 0.0
+        self.tcp_sock: socket.socket | None = None
+        self.tcp_address: str | None = None
+        self.token: str | None = None
         self.agent_path = os.path.join(opts.session_dir, "agent.sock")
         self.viewer_path = os.path.join(opts.session_dir, "viewer.sock")
         self.on_event: Callable[[protocol.Event], None] | None = None
+        self.on_listening: Callable[[str, str], None] | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -140,8 +155,7 @@ class Supervisor:
         return s
 
     def _open_recording(self) -> None:
-        fd = os.open(self.opts.recording, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        self._rec = os.fdopen(fd, "wb", buffering=1 << 16)
+        self._rec_fd = os.open(self.opts.recording, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         self._rec_read_fd = os.open(self.opts.recording, os.O_RDONLY)
         if self.opts.output_log:
             try:
@@ -208,6 +222,8 @@ class Supervisor:
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        if self.opts.listen:
+            self._listen_tcp(self.opts.listen)
         start = time.time()
         try:
             self._spawn()  # before our signal handlers: the job inherits the defaults
@@ -265,6 +281,8 @@ class Supervisor:
                     self._accept_agent()
                 elif kind == "viewer_listen":
                     self._accept_viewer()
+                elif kind == "tcp_listen":
+                    self._accept_tcp()
                 elif kind == "viewer":
                     if mask & selectors.EVENT_READ:
                         self._read_viewer(obj)
@@ -275,6 +293,7 @@ class Supervisor:
                 elif kind == "pidfd":
                     pass
             self._handle_signals()
+            self._expire_unauthenticated()
             while self.inbox:
                 self._emit(self.inbox.popleft())
             self._drain_rings()
@@ -303,28 +322,39 @@ class Supervisor:
         self.session.apply(ev)
         if self.on_event is not None:
             self.on_event(ev)
-        if self._rec is None or self._rec_error:
+        if self._rec_fd < 0:
             return
-        try:
-            self._rec.write(line)
-        except OSError as e:
-            self._recording_failed(e)
-
-    def _recording_failed(self, e: OSError) -> None:
-        # Disk full or gone: the job must run on. Say so once, on stderr.
-        self._rec_error = e.strerror or str(e)
-        try:
-            os.write(2, f"ctmon: recording stopped ({self._rec_error}); the job continues\n".encode())
-        except OSError:
-            pass
+        if self._pending_bytes + len(line) > MAX_PENDING_BYTES:
+            self._lost_lines += 1  # the disk has been full for a long while
+            return
+        self._pending.append(line)
+        self._pending_bytes += len(line)
 
     def _flush(self) -> None:
-        if self._rec is not None and not self._rec_error:
+        if self._pending and self._rec_fd >= 0:
+            data = memoryview(b"".join(self._pending))
+            written = 0
             try:
-                self._rec.flush()
-                self._rec_size = self._rec.tell()
+                while written < len(data):
+                    written += os.write(self._rec_fd, data[written:])
             except OSError as e:
-                self._recording_failed(e)
+                # Disk full or gone: keep the rest in memory and retry on the
+                # next pass; the job runs on regardless.
+                if self._rec_error is None:
+                    self._rec_error = e.strerror or str(e)
+                    _say(f"ctmon: cannot write the recording ({self._rec_error}); holding events in memory and retrying")
+            else:
+                if self._rec_error is not None:
+                    self._rec_error = None
+                    _say("ctmon: recording resumed")
+            self._rec_size += written
+            rest = bytes(data[written:])
+            self._pending = [rest] if rest else []
+            self._pending_bytes = len(rest)
+            if not rest and self._lost_lines:
+                lost, self._lost_lines = self._lost_lines, 0
+                self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "error", "source": "ctmon",
+                            "message": f"{lost} events were lost while the recording could not be written"})
         if self._outlog is not None:
             try:
                 self._outlog.flush()
@@ -442,6 +472,44 @@ class Supervisor:
         self.sel.register(conn, selectors.EVENT_READ, ("viewer", v))
         self._want_write(v)
 
+    def _listen_tcp(self, spec: str) -> None:
+        """Optional TCP for port forwarding: loopback unless a host is given; token required."""
+        host, port = parse_listen(spec)
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(8)
+        s.setblocking(False)
+        self.tcp_sock = s
+        bound = s.getsockname()
+        self.tcp_address = f"{host}:{bound[1]}"
+        self.token = secrets.token_urlsafe(24)
+        fd = os.open(os.path.join(self.opts.session_dir, "token"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.token)
+        self.sel.register(s, selectors.EVENT_READ, ("tcp_listen", None))
+        if self.on_listening is not None:
+            self.on_listening(self.tcp_address, self.token)
+
+    def _accept_tcp(self) -> None:
+        assert self.tcp_sock is not None
+        try:
+            conn, _ = self.tcp_sock.accept()
+        except OSError:
+            return
+        if len([v for v in self.viewers if not v.authed]) >= 16:
+            conn.close()  # too many half-open peers: refuse, don't queue
+            return
+        conn.setblocking(False)
+        v = _Viewer(conn, authed=False)
+        self.viewers.append(v)
+        self.sel.register(conn, selectors.EVENT_READ, ("viewer", v))
+
+    def _expire_unauthenticated(self) -> None:
+        now = time.monotonic()
+        for v in [v for v in self.viewers if not v.authed and now > v.deadline]:
+            self._drop_viewer(v)
+
     def _drop_viewer(self, v: _Viewer) -> None:
         if v in self.viewers:
             self.viewers.remove(v)
@@ -452,7 +520,7 @@ class Supervisor:
             v.sock.close()
 
     def _want_write(self, v: _Viewer) -> None:
-        behind = v.cursor < self._rec_size
+        behind = v.authed and v.cursor < self._rec_size
         if behind != v.writing and v in self.viewers:
             v.writing = behind
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if behind else 0)
@@ -483,6 +551,14 @@ class Supervisor:
             return
         for line in v.splitter.feed(data):
             msg = protocol.decode(line)
+            if not v.authed:
+                token = msg.get("token") if msg is not None and msg.get("kind") == "hello" else None
+                if not isinstance(token, str) or self.token is None or not hmac.compare_digest(token, self.token):
+                    self._drop_viewer(v)
+                    return
+                v.authed = True
+                self._want_write(v)
+                continue
             if msg is None or msg.get("kind") != "control":
                 continue
             sig = CONTROL_SIGNALS.get(str(msg.get("action")))
@@ -582,9 +658,11 @@ class Supervisor:
             if ev.get("kind") != protocol.SAMPLE:
                 self._emit(ev)
         self._flush()
-        if self._rec is not None and not self._rec_error:
+        if self._pending:  # a last try (e.g. space was freed meanwhile)
+            self._flush()
+        if self._rec_fd >= 0:
             try:
-                os.fsync(self._rec.fileno())
+                os.fsync(self._rec_fd)
             except OSError:
                 pass
         self.exit = self.session.exit
@@ -617,14 +695,12 @@ class Supervisor:
                 os.unlink(path)
             except OSError:
                 pass
-        for s in (getattr(self, "agent_sock", None), getattr(self, "viewer_sock", None)):
+        for s in (getattr(self, "agent_sock", None), getattr(self, "viewer_sock", None), self.tcp_sock):
             if s is not None:
                 s.close()
-        if self._rec is not None:
-            try:
-                self._rec.close()
-            except OSError:
-                pass
+        if self._rec_fd >= 0:
+            os.close(self._rec_fd)
+            self._rec_fd = -1
         if self._rec_read_fd >= 0:
             os.close(self._rec_read_fd)
         for r in self.rings:
@@ -730,6 +806,14 @@ def _drain_fd(fd: int) -> None:
         pass
 
 
+def _say(line: str) -> None:
+    """A message for whoever watches the supervisor's stderr (terminal or log)."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
+
+
 def _poke(fd: int) -> None:
     try:
         os.write(fd, b"\0")
@@ -745,6 +829,17 @@ def _same_user(conn: socket.socket) -> bool:
         return uid == os.getuid()
     except (OSError, AttributeError):
         return True
+
+
+def parse_listen(spec: str) -> tuple[str, int]:
+    """"7777" -> ("127.0.0.1", 7777); "0.0.0.0:7777"; "[::1]:7777"."""
+    host, sep, port = spec.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", spec
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"bad --listen '{spec}': expected [HOST:]PORT")
+    return host, int(port)
 
 
 def exit_like(info: ExitInfo) -> int:
