@@ -1,11 +1,20 @@
-"""``ctmon attach``: run a job and watch it live."""
+"""``ctmon attach``: run a job and watch it live in the TUI.
+
+The job runs under a detached supervisor, so it survives the viewer (a
+closed terminal, a dropped SSH connection, ``q`` then "leave it running").
+Without a terminal, or with ``--no-tui``, this is ``ctmon record``.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
+from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.cli.record import run_headless
+from ctmon.launch.spec import check_writable
 
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="keep the recording in FILE", metavar="FILE"),
@@ -21,4 +30,68 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
     assert parsed.spec is not None
-    return run_headless(parsed.spec, parsed.values.get("output"))  # type: ignore[arg-type]
+    output = parsed.values.get("output")
+    if parsed.values.get("no_tui") or not _interactive():
+        return run_headless(parsed.spec, output)  # type: ignore[arg-type]
+    return run_tui(parsed.spec, output)  # type: ignore[arg-type]
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_tui(spec, output: str | None) -> int:  # type: ignore[no-untyped-def]
+    from ctmon.feeds import FeedError, SocketFeed
+    from ctmon.launch.daemon import DaemonError, start_detached
+
+    if output:
+        check_writable(output)
+    cols, rows = shutil.get_terminal_size((120, 40))
+    try:
+        d = start_detached(spec, output, pty_size=(max(rows, 24), max(cols, 80)))
+    except DaemonError as e:
+        raise CliError(f"attach: {e}") from None
+    try:
+        feed = SocketFeed(d.viewer_path)
+    except FeedError as e:
+        raise CliError(f"attach: the job started (recording {d.recording}) but its monitor is unreachable: {e}") from None
+
+    from ctmon.tui.app import CtmonApp
+
+    app = CtmonApp(feed, launched=True, recording=d.recording, title=" ".join(spec.display()))
+    result = app.run()
+    feed.close()
+    return report_after(result, d.recording)
+
+
+def report_after(result, recording: str) -> int:  # type: ignore[no-untyped-def]
+    """What the terminal shows once the TUI has given it back."""
+    from ctmon.report.build import build_report
+    from ctmon.report.text import summary_lines
+
+    shown = os.path.relpath(recording) if not recording.startswith(os.path.expanduser("~")) else recording
+    if len(shown) > len(recording):
+        shown = recording
+    if result is None:  # the UI failed; the job runs on under its supervisor
+        sys.stderr.write(f"ctmon: the viewer stopped; the job keeps running. Recording: {recording}\n")
+        return 1
+    session = result.session
+    if result.how == "detached" and session.exit is None:
+        pid = session.meta.pid
+        lines = [
+            f"ctmon: the job keeps running (pid {pid}); its recording: {recording}",
+            f"ctmon: watch it again with: ctmon watch {pid}" if pid else "ctmon: watch it again with: ctmon watch",
+        ]
+        sys.stderr.write("\n".join(lines) + "\n")
+        return 0
+    try:
+        sys.stderr.write("\n".join(summary_lines(build_report(session), shown)) + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+    if session.exit is not None:
+        return session.exit.status
+    return 0

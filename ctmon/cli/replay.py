@@ -1,9 +1,44 @@
-"""``ctmon replay``."""
+"""``ctmon replay FILE``: the live TUI on a recording, at its end state, with
+keys to step and play through time."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 from ctmon.cli import CliError
+from ctmon.launch.spec import UsageError
+
+USAGE = "ctmon replay FILE"
+HELP = f"""usage: {USAGE}
+
+Open the TUI on a recording (made by 'ctmon record' or 'ctmon attach').
+It opens at the end of the run; [ and ] step between compiles and graph
+breaks, {{ and }} jump by 10% of the run, p plays it back, ? lists the keys.
+
+options:
+  -h, --help                 show this help and exit
+"""
 
 
 def main(argv: list[str]) -> int:
-    raise CliError("replay: not available yet")
+    if any(a in ("-h", "--help") for a in argv):
+        sys.stdout.write(HELP)
+        return 0
+    files = [a for a in argv if a != "--"]
+    if not files:
+        raise UsageError(f"replay: a recording is required ({USAGE})")
+    if len(files) > 1 or files[0].startswith("-"):
+        raise UsageError(f"replay: unexpected argument {files[1] if len(files) > 1 else files[0]} ({USAGE})")
+    path = files[0]
+    from ctmon.feeds import RecordingFeed
+
+    feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        feed.close()
+        raise CliError(f"replay: needs a terminal (for text: ctmon report {path})")
+    from ctmon.tui.app import CtmonApp
+
+    app = CtmonApp(feed, replay=True, title=os.path.basename(path))
+    app.run()
+    return 0
