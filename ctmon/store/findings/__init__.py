@@ -7,7 +7,8 @@ can drive it with events alone. Rules live by topic:
 * recompiles.py -- recompile limit (hit and approaching), shape recompiles,
   Python-scalar recompiles (including .item() values after a graph break),
   other guard kinds, compile failures;
-* breaks.py     -- graph breaks by cause, each site at file:line;
+* breaks.py     -- graph breaks by cause, each site at file:line; breaks in
+  the step loop (warnings) apart from one-offs (info);
 * caches.py     -- misses where hits were expected, bypasses, disabled caches;
 * perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
   skips, an idle GPU.

@@ -2,23 +2,30 @@
 
 A break in code that runs every step costs every step (the graph is split, and
 the Python in between runs eagerly); a break met once (set-up, a final
-evaluation) costs once. The first kind ranks above the second: a break counts
-as "in the loop" when Dynamo met it before the last step boundary of the run.
+evaluation) costs once. The two are separate findings: breaks in the step
+loop are warnings and rank above one-offs, which are info. A break counts as
+"in the loop" when Dynamo met it before the last step boundary of the run.
+
+The cause comes from PyTorch's own graph-break type (the summary line), then
+its explanation; hints are only used to spot logging functions.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import Finding
+from ctmon.store.findings.guards import strip_comment
+from ctmon.store.findings.model import RANK_BREAKS, Finding
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite
     from ctmon.store.session import Session
 
-LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, OTHER = (
-    "logging", "scalar-output", "data-dependent-branch", "dynamic-shape-op", "numpy", "unsupported-call", "other")
+LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, EXPLICIT, OTHER = (
+    "logging", "scalar-output", "data-dependent-branch", "dynamic-shape-op", "numpy", "unsupported-call",
+    "explicit", "other")
 
 TITLES = {
     LOGGING: "Graph breaks on logging / print",
@@ -27,6 +34,7 @@ TITLES = {
     DYN_SHAPE: "Graph breaks on operators with data-dependent output shapes",
     NUMPY: "Graph breaks on NumPy calls",
     CALL: "Graph breaks on calls Dynamo cannot trace",
+    EXPLICIT: "Explicit graph breaks (torch._dynamo.graph_break())",
     OTHER: "Graph breaks",
 }
 
@@ -35,39 +43,111 @@ FIXES = {
               "Dynamo defer it: torch._dynamo.config.reorderable_logging_functions.add(print) (works for print and "
               "logging functions whose arguments are constants or tensors); for logging.Logger methods, "
               "torch._dynamo.config.ignore_logging_functions.add(logger.info) drops the call under compile."),
-    SCALAR_OUT: ("Keep the value a tensor: replace `t.item()` with tensor ops (`torch.where`, broadcasting, `t.clamp`); "
-                 "if a Python number is truly needed, set torch._dynamo.config.capture_scalar_outputs = True so .item() "
-                 "is captured in the graph as a symbolic value instead of splitting it."),
+    SCALAR_OUT: ("Keep the value a tensor: replace `t.item()` with tensor ops (`torch.where`, broadcasting, `t.clamp`) "
+                 "and return tensors, calling .item()/.tolist() after the compiled call; if a Python number is truly "
+                 "needed inside, set torch._dynamo.config.capture_scalar_outputs = True so .item() is captured in the "
+                 "graph as a symbolic value instead of splitting it."),
     BRANCH: ("Make the branch tensor code: `y = torch.where(cond, a, b)` computes both sides without leaving the graph; "
              "for expensive or side-effecting branches use torch.cond(pred, true_fn, false_fn, (operands,)). "
              "Branch on Python values (shapes, flags) instead of tensor values where you can."),
     DYN_SHAPE: ("Set torch._dynamo.config.capture_dynamic_output_shape_ops = True so nonzero()/unique()/masked "
                 "indexing stay in the graph, or rewrite with fixed-shape ops (torch.where with a mask, padding)."),
-    NUMPY: ("Use the torch equivalent of the NumPy call (torch.sin, torch.linalg, torch.random …) on the tensor, so it "
-            "stays in the graph; convert to NumPy only outside the compiled function."),
+    NUMPY: ("Use the torch equivalent of the NumPy call on the tensor, so it stays in the graph (Dynamo traces only "
+            "the NumPy functions torch._numpy implements); convert to NumPy only outside the compiled function."),
     CALL: ("Wrap the call as a custom operator (torch.library.custom_op) so Dynamo treats it as one opaque op in the "
            "graph, or — if it is traceable Python — allow it: torch.compiler.allow_in_graph(fn). Calls with side effects "
            "only (timers, pids) can move outside the compiled function."),
+    EXPLICIT: ("Remove the torch._dynamo.graph_break() call if the split is not needed; each one costs a graph "
+               "boundary on every call."),
     OTHER: "See PyTorch's explanation and hints for this break (the link in the evidence), and the source line.",
 }
+
+# NumPy functions torch._numpy lacks, and what to use instead.
+TORCH_FOR_NUMPY = {
+    "digitize": "torch.bucketize(x, boundaries, right=True)",
+    "interp": "torch.searchsorted on the x-points, then torch.lerp between neighbours",
+    "ediff1d": "torch.diff(x.flatten())",
+    "polyval": "Horner's rule with tensor ops (y = y * x + c for each coefficient)",
+    "histogram": "torch.histc or torch.histogram",
+    "percentile": "torch.quantile(x, q / 100)",
+    "nanpercentile": "torch.nanquantile(x, q / 100)",
+    "median": "torch.median",
+    "unique": "torch.unique",
+    "searchsorted": "torch.searchsorted",
+    "convolve": "torch.nn.functional.conv1d",
+    "trapz": "torch.trapezoid",
+    "isin": "torch.isin",
+    "bincount": "torch.bincount",
+    "unwrap": "tensor ops (torch.diff, torch.remainder, torch.cumsum)",
+}
+
+# Modules whose calls only make sense outside the graph: move them out.
+_SIDE_EFFECT_MODULES = ("time.", "os.", "posix.", "socket.", "datetime.", "gc.", "sys.", "psutil.", "random.")
+
+_NP_FN = re.compile(r"numpy function <function (?P<fn>\w+) at")
+_SKIPPED = re.compile(r"marked as skipped: (?P<fn>[\w.]+?)\.?$")
 
 
 def category(site: BreakSite) -> str:
     summary = (site.reason or "").lower()
-    full = " ".join(x for x in (site.reason, site.detail, site.explanation) if x).lower()
-    if "print" in summary or "logging" in summary or "logging function" in full or "warnings.warn" in full or "_warnings.warn" in full:
+    main = " ".join(x for x in (site.reason, site.explanation) if x).lower()
+    hints = " ".join(site.hints).lower()
+    if ("print" in summary or "logging" in summary or "warn" in summary or "debugging function" in summary
+            or "attempting to call a logging function" in hints):
         return LOGGING
-    if "item()" in summary or "tolist" in summary or "capture_scalar_outputs" in full:
+    if "item()" in summary or "tolist" in summary or "_local_scalar_dense" in main or "capture_scalar_outputs" in main:
         return SCALAR_OUT
-    if "data-dependent branching" in summary or "data dependent branch" in full or "generic_jump" in full:
+    if "data-dependent branching" in summary or "data dependent branch" in main or "generic_jump" in main:
         return BRANCH
-    if "dynamic shape operator" in summary or "capture_dynamic_output_shape_ops" in full:
+    if "dynamic shape operator" in summary or "capture_dynamic_output_shape_ops" in main:
         return DYN_SHAPE
-    if "numpy" in full or "ndarray" in full:
+    if "numpy" in main or "ndarray" in main:
         return NUMPY
-    if "marked as skipped" in summary or "unsupported" in summary or "builtin" in full or "custom op" in full:
+    if "graph_break()" in summary:
+        return EXPLICIT
+    if ("marked as skipped" in summary or "unsupported" in summary or "builtin" in main or "custom op" in main
+            or "not supported" in summary):
         return CALL
+    if site.detail and "generic_jump" in site.detail.lower():
+        return BRANCH
     return OTHER
+
+
+def skipped_function(site: BreakSite) -> str | None:
+    """The call Dynamo refused ('time.time'), from a 'marked as skipped' break."""
+    m = _SKIPPED.search(site.reason or "")
+    return f"{m.group('fn').rstrip('.')}()" if m else None
+
+
+def _specific_fix(cat: str, sites: list[BreakSite]) -> str:
+    """One sentence naming the actual call, for the top sites of a cause."""
+    out = []
+    for b in sites[:3]:
+        text = " ".join(x for x in (b.reason, b.explanation, b.detail) if x)
+        if cat == NUMPY:
+            m = _NP_FN.search(text)
+            if m and m.group("fn") in TORCH_FOR_NUMPY:
+                out.append(f"For np.{m.group('fn')} use {TORCH_FOR_NUMPY[m.group('fn')]}.")
+            elif m:
+                out.append(f"np.{m.group('fn')} is not in torch._numpy: rewrite it with torch ops.")
+        elif cat == CALL:
+            m = _SKIPPED.search(b.reason or "")
+            if m:
+                fn = m.group("fn").rstrip(".")
+                if fn.startswith(_SIDE_EFFECT_MODULES):
+                    out.append(f"`{fn}()` only has side effects or reads the host: call it outside the compiled "
+                               "function (before or after the compiled call) and pass in what the graph needs.")
+                else:
+                    out.append(f"`{fn}` cannot be traced: register it with torch.library.custom_op, or call it "
+                               "outside the compiled function.")
+        elif cat == LOGGING and "logging.logger" in (b.reason or "").lower():
+            out.append("This is a logging.Logger call: torch._dynamo.config.ignore_logging_functions.add(logger.info) "
+                       "(with your logger's method) drops it under compile.")
+    seen: list[str] = []
+    for x in out:
+        if x not in seen:
+            seen.append(x)
+    return " ".join(seen)
 
 
 def in_loop(s: Session, site: BreakSite) -> bool:
@@ -78,42 +158,44 @@ def in_loop(s: Session, site: BreakSite) -> bool:
     return site.first_t <= last
 
 
+def _finding(cat: str, sites: list[BreakSite], looped: bool) -> Finding:
+    sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
+    top = sites[0]
+    total = sum(b.count for b in sites)
+    when = "in the step loop" if looped else "outside the step loop"
+    evidence = []
+    for b in sites[:10]:
+        where = f"{b.file}:{b.line}" if b.file else "?"
+        code = ""
+        if b.user_stack and b.user_stack[-1].get("code"):
+            code = f"  `{strip_comment(b.user_stack[-1]['code'])}`"
+        evidence.append(f"{where} ×{b.count} ({when}): {b.reason}{code}")
+    if len(sites) > 10:
+        evidence.append(f"… and {len(sites) - 10} more sites")
+    if top.url:
+        evidence.append(f"PyTorch: {top.url}")
+    n_sites = len(sites)
+    specific = _specific_fix(cat, sites)
+    return Finding(
+        id=f"graph-breaks:{cat}" + ("" if looped else ":outside-loop"),
+        rule="graph-breaks",
+        severity="warning" if looped else "info",
+        title=(f"{TITLES[cat]} {when}: {n_sites} site{'s' if n_sites != 1 else ''}, "
+               f"{total} break{'s' if total != 1 else ''}"),
+        file=top.file, line=top.line,
+        detail=("Each break splits the graph: the code around it runs eagerly between two compiled graphs on every "
+                "step, and fusion across it is lost." if looped else
+                "Met outside the step loop (set-up or after the last step): it costs once, not every step."),
+        evidence=evidence, fix=(specific + " " + FIXES[cat]).strip() if specific else FIXES[cat],
+        rank=(RANK_BREAKS if looped else 0) + min(total, 99),
+    )
+
+
 def rule_graph_breaks(s: Session) -> list[Finding]:
-    groups: dict[str, list[BreakSite]] = defaultdict(list)
+    groups: dict[tuple[str, bool], list[BreakSite]] = defaultdict(list)
     for site in s.compile.breaks.values():
-        groups[category(site)].append(site)
-    out = []
-    for cat, sites in groups.items():
-        looped = [b for b in sites if in_loop(s, b)]
-        sites.sort(key=lambda b: (b not in looped, -b.count, b.file or "", b.line or 0))
-        top = sites[0]
-        total = sum(b.count for b in sites)
-        evidence = []
-        for b in sites[:10]:
-            where = f"{b.file}:{b.line}" if b.file else "?"
-            when = "in the loop" if b in looped else "outside the step loop"
-            code = ""
-            if b.user_stack and b.user_stack[-1].get("code"):
-                code = f"  `{b.user_stack[-1]['code']}`"
-            evidence.append(f"{where} ×{b.count} ({when}): {b.reason}{code}")
-        if len(sites) > 10:
-            evidence.append(f"… and {len(sites) - 10} more sites")
-        if top.url:
-            evidence.append(f"PyTorch: {top.url}")
-        n_sites = len(sites)
-        out.append(Finding(
-            id=f"graph-breaks:{cat}",
-            rule="graph-breaks",
-            severity="warning" if looped else "info",
-            title=f"{TITLES[cat]}: {n_sites} site{'s' if n_sites != 1 else ''}, {total} break{'s' if total != 1 else ''}",
-            file=top.file, line=top.line,
-            detail=("Each break splits the graph: the code around it runs eagerly between two compiled graphs, "
-                    "on every step where the break is in the loop, and fusion across it is lost."
-                    if looped else "Met outside the step loop: it costs once, not every step."),
-            evidence=evidence, fix=FIXES[cat],
-            rank=(1000 if looped else 0) + total,
-        ))
-    return out
+        groups[(category(site), in_loop(s, site))].append(site)
+    return [_finding(cat, sites, looped) for (cat, looped), sites in groups.items()]
 
 
 RULES = (rule_graph_breaks,)

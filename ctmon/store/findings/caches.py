@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import Finding
+from ctmon.store.findings.model import RANK_CACHE, Finding
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -19,8 +20,46 @@ def tmp_default(cache_dir: str | None) -> bool:
     return name.startswith("torchinductor_") and (cache_dir or "").startswith(("/tmp/", "/var/tmp/"))
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_TARGET = re.compile(r"Unsupported call_(?:function|method) target (?P<target>.+?)\.\s*(?:\n|$)")
+_FN_NAME = re.compile(r"Function name: (?P<name>\S+)")
+_FN_MODULE = re.compile(r"Function module: (?P<module>[^,\s]+)")
+
+
+def _stable(text: str) -> str:
+    """Without object addresses, so ids and titles are the same on every run."""
+    return " ".join(_ADDRESS.sub("", text).split())
+
+
+def used_inductor(s: Session) -> bool:
+    cs = s.compile
+    if any(c.inductor_s for c in cs.compiles):
+        return True
+    return any(c.hit or c.miss or c.bypass for c in cs.cache.values())
+
+
+def _location(s: Session, misses_only: bool = False) -> tuple[str | None, int | None]:
+    for c in s.compile.compiles:
+        if misses_only and not c.fx_misses:
+            continue
+        frame = s.compile.frames.get(c.frame_id)
+        if frame is not None:
+            return frame.loc.file, frame.loc.line
+    return None, None
+
+
 def _bypass_fix(reason: str) -> str:
     low = reason.lower()
+    target = _TARGET.search(reason)
+    if target:
+        name = _FN_NAME.search(reason)
+        module = _FN_MODULE.search(reason)
+        what = name.group("name") if name else _stable(target.group("target"))
+        where = f" (from {module.group('module')})" if module and module.group("module") != "None" else ""
+        return (f"The graph calls `{what}`{where} as an opaque function — typically one marked with "
+                "torch.compiler.allow_in_graph or torch.fx.wrap — and AOTAutograd cannot key such a call, so this "
+                f"graph is recompiled on every start. Let Dynamo trace `{what}` (remove allow_in_graph), or make it a "
+                "custom operator (torch.library.custom_op), which the cache handles.")
     if "higherorderoperator" in low or "higher order" in low:
         return ("The graph contains a higher-order op the cache cannot key (e.g. a custom autograd.Function or "
                 "flex_attention with a closure); keep such code outside the compiled region or accept recompiling it.")
@@ -43,14 +82,19 @@ def rule_caches(s: Session) -> list[Finding]:
     cs, meta = s.compile, s.meta
     fx, aot = cs.cache.get("fx_graph"), cs.cache.get("aot_autograd")
     env = meta.env or {}
-    if env.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") not in (None, "", "0"):
+    if env.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") not in (None, "", "0") and used_inductor(s):
+        # Only worth saying when Inductor compiled something: the eager and
+        # aot_eager backends use no Inductor cache.
+        file, line = _location(s)
         out.append(Finding(
             id="cache:disabled", rule="caches", severity="warning",
             title="Inductor's compile caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)",
-            detail="Every start compiles from scratch; with caches, a restart would reuse earlier compiles.",
+            file=file, line=line,
+            detail=(f"Every start compiles from scratch ({cs.total_time_s + cs.bwd_time_s:.1f} s of compiling in "
+                    "this run); with caches, a restart would reuse earlier compiles."),
             evidence=[f"TORCHINDUCTOR_FORCE_DISABLE_CACHES={env['TORCHINDUCTOR_FORCE_DISABLE_CACHES']}"],
             fix="Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES (it is meant for debugging the caches themselves).",
-            rank=30,
+            rank=RANK_CACHE + 30,
         ))
     entries = meta.cache_entries or {}
     for cache, n in sorted(cs.guard_misses.items()):
@@ -63,15 +107,16 @@ def rule_caches(s: Session) -> list[Finding]:
             evidence=[f"{label}: {n} guard miss(es) (PyTorch: cache_status_detailed = guard_miss)"],
             fix=("Warm the cache with the sizes the job really uses (or mark the dims dynamic with ranges that cover "
                  "them: torch._dynamo.mark_dynamic(t, dim, min=..., max=...)), and keep sizes stable between runs."),
-            rank=26,
+            rank=RANK_CACHE + 26,
         ))
     if fx is not None and fx.miss and not fx.hit and entries.get("fx_graph", 0) > 0:
         # A directory the user chose for this job is expected to serve its
         # graphs again; the shared default directory also holds everyone
         # else's graphs, so there a full miss is only worth a note.
         chosen = bool(env.get("TORCHINDUCTOR_CACHE_DIR")) or not tmp_default(meta.cache_dir)
+        file, line = _location(s, misses_only=True)
         out.append(Finding(
-            id="cache:expected-hits", rule="caches", severity="warning" if chosen else "info",
+            id="cache:expected-hits", rule="caches", severity="warning" if chosen else "info", file=file, line=line,
             title=f"FX graph cache missed {fx.miss}× although {meta.cache_dir} held {entries['fx_graph']} entries at start",
             detail=("The cache was warm but none of this run's graphs matched: if this job ran before with this cache "
                     "directory, something in the cache key changed — code, shapes, dtypes, torch/triton version, "
@@ -82,17 +127,24 @@ def rule_caches(s: Session) -> list[Finding]:
             fix=("Keep what the graph depends on stable between runs (same shapes and dtypes, same config, no "
                  "Python values that change baked into the graph), and keep TORCHINDUCTOR_CACHE_DIR the same. "
                  f"To reuse compiles across machines, use {PORTABLE}."),
-            rank=25,
+            rank=RANK_CACHE + 25,
         ))
+    bypasses: dict[tuple[str, str], list[str]] = {}
     for reason, n in cs.bypass_reasons.most_common():
         cache, _, why = reason.partition(": ")
+        first = _stable(why.strip().splitlines()[0] if why.strip() else why).rstrip(". ")
+        bypasses.setdefault((cache, first), []).extend([why] * n)
+    for (cache, first), whys in bypasses.items():
         label = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(cache, cache)
+        n = len(whys)
+        file, line = _location(s)
         out.append(Finding(
-            id=f"cache:bypass:{cache}:{why[:60]}", rule="caches", severity="warning",
-            title=f"{label} cache bypassed {n}×: {why[:120]}",
+            id=f"cache:bypass:{cache}:{first[:60]}", rule="caches", severity="warning",
+            title=f"{label} cache bypassed {n}×: {first[:120]}",
+            file=file, line=line,
             detail="A bypassed graph is never cached: it compiles again on every start.",
-            evidence=[f"{label} cache bypass: {why}"],
-            fix=_bypass_fix(why), rank=20 + n,
+            evidence=[f"{label} cache bypass: {' '.join(_stable(w).split())[:300]}" for w in dict.fromkeys(whys)][:5],
+            fix=_bypass_fix(whys[0]), rank=RANK_CACHE + 20 + n,
         ))
     if fx is not None and fx.miss and not fx.hit and not entries.get("fx_graph") and tmp_default(meta.cache_dir) \
             and not env.get("TORCHINDUCTOR_CACHE_DIR"):
@@ -103,7 +155,7 @@ def rule_caches(s: Session) -> list[Finding]:
                     "the next start of this job can reuse this run's compiles only if the directory survives."),
             evidence=[f"FX graph: {fx.miss} miss; AOTAutograd: {aot.miss if aot else 0} miss"],
             fix=f"Set TORCHINDUCTOR_CACHE_DIR to a persistent directory (e.g. on the shared filesystem), or use {PORTABLE}.",
-            rank=1,
+            rank=RANK_CACHE - 100,
         ))
     return out
 

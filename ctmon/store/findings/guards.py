@@ -1,32 +1,47 @@
 """What a failed guard says, in terms a user can act on.
 
-Dynamo explains each recompile with the guard that failed, e.g. (torch 2.13):
+Dynamo explains each recompile with the first guard that failed, one line per
+cached version, e.g. (torch 2.13, real texts):
 
     0/0: tensor 'x' size mismatch at index 1. expected 8, actual 12
+    0/0: tensor 'x' stride mismatch at index 0. expected 8, actual 1
+    0/0: tensor 'x' rank mismatch. expected 2, actual 3
     0/0: tensor 'x' dtype mismatch. expected Float, actual Double
-    0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0
-    0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, ...), actual DispatchKeySet(CUDA, ...)
-    0/0: k == 2          # return x * k  # train.py:14 in f
-    1/0: ___stack0 == -0.0141   # return x + v  # train.py:51 in torch_dynamo_resume_in_f_at_50
-    0/0: G['FLAG'] == 1  /  s.scale == 1.0  /  len(xs) == 1  /  cfg['a'] == 1
-    0/0: GLOBAL_STATE changed: grad_mode
+    0/0: tensor 'x' requires_grad mismatch. expected requires_grad=1
+    0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, ...), actual DispatchKeySet(Meta, ...)
+    3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>
+    0/1: 2 <= x.size()[0]  # y = x * 2  # t.py:3 in f (user code shown is first use of this value--...)
+    0/0: 2 <= t.size()[0] <= 16  # ...
+    0/0: temperature == 1.0          # return logits / temperature  # t.py:13 in sample
+    1/0: ___stack0 == 104.26         # return x / scale  # t.py:29 in torch_dynamo_resume_in_normalize_at_28
+    0/0: self.step == 0              # ramp = ...  # t.py:41 in forward (HINT: torch.compile considers integer
+         attributes of the nn.Module to be static. ... allow_unspec_int_on_nn_module = True, ...)
+    0/1: self._modules['drop'].training == True   # return F.dropout(...)  # nn/modules/dropout.py:73 in forward
+    1/0: G['NOISE_STEP'] == 0  /  len(xs) == 2  /  cfg['a'] == 1  /  s[0] == 1  /  b == True  /  m == 'sum'
+    0/0: ___check_obj_id(f.__code__, 140287083186048), type=<class 'code'>  # ...
+    0/0: GLOBAL_STATE changed: grad_mode   (also: autocast(cpu)_enabled, default_dtype, deterministic_algorithms)
+    5/0: Cache line invalidated because L['___stack0'] got deallocated
 
-``classify`` turns one such line into a ``Guard`` with a kind, the name of the
-value, the dimension where relevant, and the expected/actual values.
+followed by a "User stack trace:" naming the user's file and line.
+``classify`` turns one such reason into a ``Guard`` with a kind, the name of
+the value, the dimension where relevant, the expected/actual values, Dynamo's
+own hint, and the user's file:line.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-# Guard kinds. "shape" and "scalar" have rules of their own; every other kind
-# is reported by the "other guard" rule, which names it.
+# Guard kinds. "shape" and "scalar"/"item" have rules of their own; every
+# other kind is reported by the "other guard" rule, which names it.
 SHAPE = "shape"
 SCALAR = "scalar"  # an int/float Python value
-ITEM = "item"  # a value that came out of the previous graph (.item(), .tolist())
+ITEM = "item"  # a number that came out of the previous graph (.item(), .tolist(), time.time() ...)
 DTYPE = "dtype"
 DEVICE = "device"
+DISPATCH = "dispatch_keys"  # same device, other dispatch keys (inference-mode tensors, ...)
 REQUIRES_GRAD = "requires_grad"
 RANK = "rank"
 STRIDE = "stride"
@@ -40,14 +55,16 @@ CONTAINER = "container_value"
 FLAG = "flag"  # a bool / str / None value
 IDENTITY = "identity"
 TYPE = "type"
+INVALIDATED = "invalidated"
 OTHER = "other"
 
 DESCRIPTIONS = {
     SHAPE: "a tensor dimension changed",
     SCALAR: "a Python number changed",
-    ITEM: "a value read out of the graph (.item()/.tolist()) changed",
+    ITEM: "a number read out of the graph (.item()/.tolist()) changed",
     DTYPE: "a tensor's dtype changed",
-    DEVICE: "a tensor's device (dispatch keys) changed",
+    DEVICE: "a tensor's device changed",
+    DISPATCH: "a tensor's dispatch keys changed (e.g. an inference-mode tensor)",
     REQUIRES_GRAD: "a tensor's requires_grad changed",
     RANK: "a tensor's number of dimensions changed",
     STRIDE: "a tensor's strides (memory layout) changed",
@@ -61,6 +78,7 @@ DESCRIPTIONS = {
     FLAG: "a Python flag (bool/str/None) changed",
     IDENTITY: "a different object was passed (identity guard)",
     TYPE: "a value's type changed",
+    INVALIDATED: "a cached graph was dropped because an object it guards was freed",
     OTHER: "a guard failed",
 }
 
@@ -68,41 +86,66 @@ DESCRIPTIONS = {
 @dataclass(frozen=True)
 class Guard:
     kind: str
-    name: str  # the guarded value as Dynamo names it: x, L['self'].scale, G['FLAG'], ___stack0
+    name: str  # the guarded value, readable: x, self.step, self.drop.training, NOISE_STEP, ___stack0
     dim: int | None = None
     expected: str | None = None
     actual: str | None = None
-    text: str = ""  # the guard line, without the compile-id prefix and source comment
+    text: str = ""  # the guard itself, without the compile-id prefix and source comment
     file: str | None = None  # where the guarded value is used, if Dynamo says
     line: int | None = None
     code: str | None = None
+    hint: str | None = None  # Dynamo's own advice, when it gives one
 
 
 _PREFIX = re.compile(r"^\s*(?:\d+/\d+|!\d+/\d+/\d+):\s*")
 _TENSOR = re.compile(r"^tensor '(?P<name>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<dim>\d+))?\.?\s*(?P<rest>.*)$")
 _EXPECTED = re.compile(r"expected (?P<exp>.+?)(?:, actual (?P<act>.+))?$")
+_TYPE = re.compile(r"^expected type of '(?P<name>.+?)' to be (?:a |an )?(?P<exp>.+?),.*?found <class '(?P<act>[^']+)'>")
 _EQ = re.compile(r"^(?P<lhs>.+?)\s*==\s*(?P<rhs>.+?)\s*$")
+# symbolic-shape guards on a dynamic dim: "2 <= x.size()[0]", "x.size()[1] <= 16", "L['x'].size()[0] == 4"
+_SYM = re.compile(r"(?P<name>[\w.\[\]'\"]+?)\.(?P<what>size|stride)\(\)\[(?P<dim>\d+)\]")
 _USER = re.compile(r'File "(?P<file>.+?)", line (?P<line>\d+), in (?P<fn>.+)\n\s+(?P<code>.+)')
-_COMMENT_LOC = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<loc>\S+):(?P<line>\d+) in \S+\s*$")
+# "<guard>   # <source line>  # <short path>:<line> in <function>[ (HINT: ...)]"
+_COMMENT = re.compile(r"\s#\s")
+_LOC = re.compile(r"#\s*(?P<loc>\S+):(?P<line>\d+) in \S+")
+_HINT = re.compile(r"\s*\((?:HINT: )?(?P<hint>[^()]*(?:\([^()]*\)[^()]*)*)\)")
+_DISPATCH_DEVICES = ("CPU", "CUDA", "HIP", "XPU", "MPS", "Meta", "Lazy", "PrivateUse1", "XLA", "HPU", "MTIA")
 
 
+@lru_cache(maxsize=4096)
 def classify(reason: str) -> Guard:
-    """Classify the first guard line of a recompile reason."""
-    text = reason.strip()
+    """Classify the first guard line of a recompile reason (memoised: every rule asks)."""
+    text = (reason or "").strip()
     first = text.splitlines()[0] if text else ""
     first = _PREFIX.sub("", first)
-    body, code = first, None
-    m = _COMMENT_LOC.search(first)
-    if m:
-        body = first[: m.start()].rstrip()
-        code = m.group("code") or None
+    body, comment = _split_comment(first)
+    code = hint = None
+    if comment:
+        src = comment.strip()
+        src = src[1:].strip() if src.startswith("#") else src
+        code = re.split(r"\s{2,}#\s", src)[0].strip() or None
+        loc = _LOC.search(comment)
+        if loc:
+            h = _HINT.match(comment[loc.end():])
+            hint = h.group("hint").strip() or None if h else None
     file = line = None
     u = _USER.search(text)
     if u:
         file, line = u.group("file"), int(u.group("line"))
         code = u.group("code").strip() or code
     g = _classify_body(body.strip())
-    return Guard(g.kind, g.name, g.dim, g.expected, g.actual, body.strip(), file, line, code)
+    return Guard(g.kind, g.name, g.dim, g.expected, g.actual, body.strip(), file, line, code, hint)
+
+
+def _split_comment(line: str) -> tuple[str, str]:
+    """Split Dynamo's guard line into the guard and its trailing source comment."""
+    if line.startswith(("tensor '", "expected type of", "GLOBAL_STATE", "Cache line invalidated")):
+        m = re.search(r"\s{2,}#\s", line)  # tensor guards carry no comment, but their values might hold '#'
+        return (line[: m.start()], line[m.end():]) if m else (line, "")
+    m = _COMMENT.search(line)
+    if not m:
+        return line, ""
+    return line[: m.start()], line[m.start():]
 
 
 def _classify_body(body: str) -> Guard:
@@ -122,25 +165,45 @@ def _classify_body(body: str) -> Guard:
             "device": DEVICE,
             "device index": DEVICE,
         }.get(what, OTHER)
-        return Guard(kind, _clean_name(name), int(dim) if dim is not None else None, exp, act)
+        if what == "dispatch key set" and exp and act and _devices(exp) == _devices(act):
+            kind = DISPATCH
+        if kind == REQUIRES_GRAD and exp and exp.startswith("requires_grad="):
+            exp = exp.split("=", 1)[1]
+            act = act or ("0" if exp == "1" else "1" if exp == "0" else None)
+        return Guard(kind, clean_name(name), int(dim) if dim is not None else None, exp, act)
+    ty = _TYPE.match(body)
+    if ty:
+        return Guard(TYPE, clean_name(ty.group("name")), expected=ty.group("exp").strip(), actual=ty.group("act"))
     if body.startswith("GLOBAL_STATE changed"):
         what = body.split(":", 1)[1].strip() if ":" in body else ""
         return Guard(GRAD_MODE if "grad_mode" in what else GLOBAL_STATE, what or "global state")
+    if body.startswith("Cache line invalidated"):
+        m = re.search(r"because (?P<name>.+?) got deallocated", body)
+        return Guard(INVALIDATED, clean_name(m.group("name")) if m else "object")
     if "___check_obj_id" in body or "___check_type_id" in body:
-        inner = body[body.find("(") + 1 : body.rfind(",")] if "(" in body and "," in body else body
-        return Guard(IDENTITY if "obj_id" in body else TYPE, _clean_name(inner.strip()))
+        inner = body[body.find("(") + 1 :]
+        inner = inner[: inner.rfind(",", 0, inner.find(")") if ")" in inner else len(inner))] if "," in inner else inner
+        name = clean_name(inner.strip())
+        if name.endswith(".__code__"):
+            name = name[: -len(".__code__")]
+        m = re.search(r"type=<class '([^']+)'>", body)
+        return Guard(IDENTITY if "obj_id" in body else TYPE, name, expected=m.group(1) if m else None)
+    sym = _SYM.search(body)
+    if sym and ("<" in body or ">" in body or "==" in body):
+        kind = SHAPE if sym.group("what") == "size" else STRIDE
+        return Guard(kind, clean_name(sym.group("name")), int(sym.group("dim")), expected=_range(body, sym.group(0)))
     eq = _EQ.match(body)
     if eq:
         lhs, rhs = eq.group("lhs").strip(), eq.group("rhs").strip()
         if lhs.startswith("len(") and lhs.endswith(")"):
-            return Guard(LENGTH, _clean_name(lhs[4:-1]), expected=rhs)
+            return Guard(LENGTH, clean_name(lhs[4:-1]), expected=rhs)
         if lhs.endswith(".training"):
-            return Guard(TRAINING, _clean_name(lhs), expected=rhs)
+            return Guard(TRAINING, clean_name(lhs), expected=rhs)
         if lhs.startswith("___stack") or lhs.startswith("L['___stack"):
-            return Guard(ITEM, lhs, expected=rhs)
+            return Guard(ITEM, clean_name(lhs), expected=rhs)
         value_kind = _literal_kind(rhs)
-        name = _clean_name(lhs)
-        if lhs.startswith("G['") or lhs.startswith("G[\""):
+        name = clean_name(lhs)
+        if lhs.startswith("G['") or lhs.startswith('G["'):
             return Guard(GLOBAL, name, expected=rhs)
         if value_kind in ("bool", "str", "none"):
             return Guard(FLAG, name, expected=rhs)
@@ -152,6 +215,16 @@ def _classify_body(body: str) -> Guard:
             return Guard(SCALAR, name, expected=rhs)
         return Guard(OTHER, name, expected=rhs)
     return Guard(OTHER, body[:80])
+
+
+def _devices(keyset: str) -> set[str]:
+    keys = {k.strip() for k in keyset[keyset.find("(") + 1 : keyset.rfind(")")].split(",")}
+    return {k for k in keys if k in _DISPATCH_DEVICES}
+
+
+def _range(body: str, term: str) -> str:
+    """'2 <= x.size()[0] <= 16' -> '2 <= size <= 16' (what the cached graph accepts)."""
+    return body.replace(term, "size").strip()
 
 
 def _literal_kind(text: str) -> str:
@@ -173,13 +246,28 @@ def _literal_kind(text: str) -> str:
         return "other"
 
 
-def _clean_name(name: str) -> str:
-    """L['x'] -> x ; L['self'].scale -> self.scale ; G['FLAG'] -> FLAG."""
+def clean_name(name: str) -> str:
+    """Dynamo's source names, as the user wrote them.
+
+    L['x'] -> x ; L['self'].scale -> self.scale ; G['FLAG'] -> FLAG ;
+    self._modules['drop'].training -> self.drop.training ;
+    L['self']._parameters['weight'] -> self.weight
+    """
     name = name.strip()
-    name = re.sub(r"^L\['([^']+)'\]", r"\1", name)
-    name = re.sub(r"^G\['([^']+)'\]", r"\1", name)
+    name = re.sub(r"^L\[['\"]([^'\"]+)['\"]\]", r"\1", name)
+    name = re.sub(r"^G\[['\"]([^'\"]+)['\"]\]", r"\1", name)
+    name = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", name)
     return name
+
+
+def strip_comment(code: str) -> str:
+    """A source line without its trailing comment."""
+    return re.split(r"\s+#\s", code, maxsplit=1)[0].strip() if "#" in code else code.strip()
 
 
 def is_number(text: str | None) -> bool:
     return text is not None and _literal_kind(text) in ("int", "float")
+
+
+def is_int(text: str | None) -> bool:
+    return text is not None and _literal_kind(text) == "int"

@@ -8,6 +8,20 @@ from typing import Any
 SEVERITIES = ("info", "warning", "critical")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
+# Findings of one severity are ordered by rank, highest first. Each rule adds
+# its own count (recompiles, breaks ...) to its tier, so within a severity the
+# costliest kinds of problem come first: a frame that recompiles every step
+# stalls the loop more than a graph break splits it, and both cost more than
+# a cache miss at start-up.
+RANK_LIMIT = 1000
+RANK_RECOMPILES = 500
+RANK_LATE = 450
+RANK_BREAKS = 400
+RANK_SPIKES = 350
+RANK_GPU = 300
+RANK_CACHE = 200
+RANK_COST = 100
+
 
 @dataclass
 class Finding:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import Finding
+from ctmon.store.findings import guards as G
+from ctmon.store.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
 
 if TYPE_CHECKING:
+    from ctmon.store.compiles import CompileRecord
     from ctmon.store.session import Session
 
 WARMUP_STEPS = 10  # compiles before this boundary (or the first 20% of steps) are warm-up
 SPIKE_FACTOR = 3.0
 SPIKE_MIN_MS = 5.0
 IDLE_UTIL = 40.0
-IDLE_MIN_SAMPLES = 5
+IDLE_MIN_SAMPLES = 3  # samples (about 1 s apart) in the steady loop, away from compiles
+SAMPLE_WINDOW_S = 1.0  # NVML utilisation covers roughly the second before a sample
+
+_FOUND_FROM = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
 def _steady_start(s: Session) -> tuple[int, float] | None:
@@ -26,6 +32,17 @@ def _steady_start(s: Session) -> tuple[int, float] | None:
     return k, series.times[k]
 
 
+def _frame_name(s: Session, c: CompileRecord) -> str:
+    frame = s.compile.frames.get(c.frame_id)
+    return frame.title if frame else "?"
+
+
+def _why(c: CompileRecord) -> str:
+    if c.recompile_reason:
+        return c.recompile_reason.strip().splitlines()[0][:140]
+    return "refused (recompile limit)" if c.limit_hit else "first compile of this frame"
+
+
 def rule_compile_cost(s: Session) -> list[Finding]:
     cs = s.compile
     total = cs.total_time_s + cs.bwd_time_s
@@ -35,11 +52,17 @@ def rule_compile_cost(s: Session) -> list[Finding]:
     share = f" ({total / dur * 100:.0f}% of the {dur:.1f} s run)" if dur > 0 else ""
     frames = sorted(cs.frames.values(), key=lambda f: -f.time_s)
     evidence = [f"{f.title} at {f.loc.text()}: {f.time_s:.2f} s in {len(f.compiles)} compile(s)" for f in frames[:6]]
+    if len(frames) > 6:
+        evidence.append(f"… and {len(frames) - 6} more frames: {sum(f.time_s for f in frames[6:]):.2f} s")
     if cs.bwd_time_s:
         evidence.append(f"backward graphs: {cs.bwd_time_s:.2f} s in {cs.bwd_compiles} compile(s)")
     recompile_time = sum(c.time_s for c in cs.compiles if c.is_recompile)
     if recompile_time:
         evidence.append(f"recompiles alone: {recompile_time:.2f} s")
+    backend = sum(c.backend_s or 0.0 for c in cs.compiles)
+    if backend >= 0.05:
+        evidence.append(f"forward compiles: {backend:.2f} s in the backend (AOTAutograd/Inductor), "
+                        f"{max(0.0, cs.total_time_s - backend):.2f} s in Dynamo")
     return [Finding(
         id="compile-cost", rule="compile-cost", severity="info",
         title=f"Compilation took {total:.1f} s{share}",
@@ -48,7 +71,7 @@ def rule_compile_cost(s: Session) -> list[Finding]:
         evidence=evidence,
         fix=("Compile the hot parts (the model's forward/loss), not set-up code; keep caches warm between runs; "
              "pick the mode by measurement (max-autotune compiles much longer)."),
-        rank=total,
+        rank=RANK_COST + min(total, 99),
     )]
 
 
@@ -65,20 +88,28 @@ def rule_late_compiles(s: Session) -> list[Finding]:
     evidence = []
     for c in late[:8]:
         step = bisect_right(series.times, c.span[0])
-        frame = s.compile.frames.get(c.frame_id)
-        name = frame.title if frame else "?"
-        why = c.recompile_reason.splitlines()[0][:140] if c.recompile_reason else ("new frame" if not c.limit_hit else "refused (limit)")
-        evidence.append(f"{c.compile_id} {name} near step {step}, {c.time_s:.2f} s: {why}")
+        evidence.append(f"{c.compile_id} {_frame_name(s, c)} near step {step}, {c.time_s:.2f} s: {_why(c)}")
+    if len(late) > 8:
+        evidence.append(f"… and {len(late) - 8} more")
     first = s.compile.frames.get(late[0].frame_id)
+    first_step = bisect_right(series.times, late[0].span[0])
+    kinds = {G.classify(c.recompile_reason).kind for c in late if c.recompile_reason}
+    fix = ("Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
+           "e.g. a forward and backward on a batch of each size before the loop)")
+    if G.SHAPE in kinds:
+        fix += ("; or mark the changing dim dynamic (torch._dynamo.mark_dynamic(x, dim)), or bucket sizes to a few "
+                "values; a short last batch of an epoch can be dropped with DataLoader(drop_last=True).")
+    else:
+        fix += "; remove the recompile causes named in the evidence."
+    n = len(late)
     return [Finding(
         id="late-compiles", rule="late-compiles", severity="warning",
-        title=f"{len(late)} compile(s) happened in steady state, after step {k}",
+        title=(f"{n} compile{'s' if n != 1 else ''} in steady state (after step {k} of {len(series)}), "
+               f"the first at step {first_step} ({first.title if first else '?'})"),
         file=first.loc.file if first else None, line=first.loc.line if first else None,
-        detail="Each compile stalls the loop for its full compile time, long after warm-up should have ended.",
-        evidence=evidence,
-        fix=("Warm up every input shape and mode the loop will meet before timing or serving it (run each once); "
-             "mark changing dims dynamic (torch._dynamo.mark_dynamic) or bucket them to a few sizes."),
-        rank=len(late),
+        detail=(f"Each compile stalls the loop for its full compile time ({sum(c.time_s for c in late):.2f} s in "
+                "all here), long after warm-up should have ended."),
+        evidence=evidence, fix=fix, rank=RANK_LATE + n,
     )]
 
 
@@ -91,8 +122,8 @@ def rule_spikes(s: Session) -> list[Finding]:
     if not p50:
         return []
     threshold = max(SPIKE_FACTOR * p50, p50 + SPIKE_MIN_MS)
-    spans = [c.span for c in s.compile.compiles]
-    marked = series.compile_marked(spans)
+    compiles = list(s.compile.compiles)
+    marked = series.compile_marked([c.span for c in compiles])
     spikes = []
     for k in range(1, len(series)):
         v = series.interval_ms(k)
@@ -105,17 +136,29 @@ def rule_spikes(s: Session) -> list[Finding]:
     out = []
     if by_compile:
         after_warmup = [(k, v) for k, v in by_compile if k > 3]
+        evidence = []
+        where: CompileRecord | None = None
+        after_where = False
+        for k, v in sorted(by_compile, key=lambda x: -x[1])[:8]:
+            lo, hi = series.times[k - 1], series.times[k]
+            inside = [c for c in compiles if c.span[0] < hi and c.span[1] > lo]
+            what = ", ".join(f"{c.compile_id} {_frame_name(s, c)} {c.time_s:.2f} s" for c in inside[:3])
+            evidence.append(f"step {k}: {v:.1f} ms (compile: {what})" if what else f"step {k}: {v:.1f} ms")
+            if inside and (where is None or (k > 3 and not after_where)):
+                where, after_where = inside[0], k > 3
+        frame = s.compile.frames.get(where.frame_id) if where is not None else None
         out.append(Finding(
             id="spikes:compile", rule="step-spikes",
             severity="warning" if after_warmup else "info",
             title=f"{len(by_compile)} slow step(s) paid for a compile (p50 {p50:.1f} ms)",
+            file=frame.loc.file if frame else None, line=frame.loc.line if frame else None,
             detail=("Compiles inside the step loop show up as slow steps; after warm-up each one is a recompile "
-                    "that a stable input would have avoided." if after_warmup else
+                    "that a stable input (or a warm-up before the loop) would have avoided." if after_warmup else
                     "Only the first steps paid for compiles: that is warm-up."),
-            evidence=[f"step {k}: {v:.1f} ms" for k, v in sorted(by_compile, key=lambda x: -x[1])[:8]],
-            fix=("Find the recompile reasons of those steps (Events pane / report frames) and remove their cause; "
-                 "warm up before measuring."),
-            rank=len(by_compile),
+            evidence=evidence,
+            fix=("Remove the recompile causes of those steps (the compiles named above, and the recompile findings); "
+                 "warm up every input shape before the loop, and before measuring."),
+            rank=RANK_SPIKES + len(by_compile) if after_warmup else len(by_compile),
         ))
     if other:
         out.append(Finding(
@@ -132,40 +175,59 @@ def rule_spikes(s: Session) -> list[Finding]:
 
 def _cudagraph_fix(reason: str) -> str:
     low = reason.lower()
-    if "cpu" in low:
-        return ("A CPU tensor or CPU op is part of the graph: move it to the GPU before the compiled call "
-                "(or out of the compiled region) so the whole graph can be captured.")
-    if "mutat" in low:
+    if "cpu device" in low:
+        return ("A CPU tensor or CPU op is part of the graph (named in the reason): create it on the GPU "
+                "(e.g. torch.arange(n, device=x.device)) or move it there before the compiled call, so the whole "
+                "graph can be captured.")
+    if "multiple devices" in low:
+        return "The graph uses several devices: keep each compiled region on one GPU."
+    if "mutated inputs" in low or "input storage mutation" in low:
         return ("The graph mutates one of its inputs in place: avoid in-place updates of inputs inside the compiled "
-                "function, or make the mutated tensor a module buffer/parameter.")
-    if "dynamic" in low or "symint" in low or "shape" in low:
-        return ("Dynamic shapes defeat CUDA graphs: keep shapes static (pad/bucket) or accept one graph per shape "
-                "(torch._inductor.config.triton.cudagraph_skip_dynamic_graphs).")
-    if "incompatible op" in low or "op" in low:
-        return "An op that cannot be captured is in the graph: move it outside the compiled region."
+                "function (return the new value instead), or make the mutated tensor a module buffer/parameter.")
+    if "symbolic shape" in low or "dynamic" in low:
+        return ("Dynamic shapes defeat CUDA graphs (cudagraph_skip_dynamic_graphs): keep shapes static (pad/bucket, "
+                "dynamic=False) so each size gets its own captured graph.")
+    if "incompatible op" in low:
+        return ("An op that cannot be captured (often a CPU sync such as .item() or a data-dependent shape) is in the "
+                "graph: move it outside the compiled region, or keep the value a tensor.")
+    if "non-tensor inputs" in low:
+        return "The graph takes non-tensor inputs: pass tensors (or constants baked into the graph) only."
+    if "caching allocator" in low:
+        return "CUDA graphs need PyTorch's caching allocator: unset PYTORCH_NO_CUDA_MEMORY_CACHING."
     return "See PyTorch's reason; reduce-overhead gives no speed-up for the skipped graphs."
+
+
+def _short_reason(reason: str) -> str:
+    head = reason.strip().splitlines()[0] if reason.strip() else reason
+    head = head.split(". Found from", 1)[0].split(" Found from", 1)[0]
+    return head.removeprefix("skipping cudagraphs due to ").strip() or head
 
 
 def rule_cudagraphs(s: Session) -> list[Finding]:
     out = []
     for reason, n in s.compile.cudagraph_skips.most_common():
+        short = _short_reason(reason)
+        frames = list(_FOUND_FROM.finditer(reason))
+        m = frames[-1] if frames else None  # the innermost frame of the stack trace PyTorch attached
         out.append(Finding(
-            id=f"cudagraphs-skipped:{reason[:60]}", rule="cudagraphs", severity="warning",
-            title=f"CUDA graphs skipped {n}×: {reason.splitlines()[0][:120]}",
+            id=f"cudagraphs-skipped:{short[:60]}", rule="cudagraphs", severity="warning",
+            title=f"CUDA graphs skipped {n}×: {short[:120]}",
+            file=m.group("file") if m else None, line=int(m.group("line")) if m else None,
             detail="mode='reduce-overhead' only helps graphs it can capture; these run without CUDA graphs.",
-            evidence=[reason[:500]], fix=_cudagraph_fix(reason), rank=n,
+            evidence=[reason[:500]], fix=_cudagraph_fix(reason), rank=RANK_SPIKES + n,
         ))
     return out
 
 
 def rule_idle_gpu(s: Session) -> list[Finding]:
     series = s.steps.current
-    if series is None or len(series) < 10:
+    if series is None or len(series) < WARMUP_STEPS:
         return []
-    start = _steady_start(s)
-    t0 = start[1] if start else series.times[min(2, len(series) - 1)]
+    t0 = series.times[min(WARMUP_STEPS, len(series) // 2)]  # after warm-up; compiles are left out below
     t1 = series.times[-1]
+    spans = [c.span for c in s.compile.compiles]
     utils = []
+    skipped = 0
     used_gpu = bool(s.meta.devices)
     for ev in s.samples:
         t = ev.get("t")
@@ -179,26 +241,32 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
             if isinstance(g.get("proc_mem"), int) and g["proc_mem"] > 0:
                 used_gpu = True
             u = g.get("util")
-            if isinstance(u, (int, float)):
+            if isinstance(u, (int, float)) and not isinstance(u, bool):
                 vals.append(float(u))
-        if vals:
-            utils.append(max(vals))
+        if not vals:
+            continue
+        if any(a < t and b > t - SAMPLE_WINDOW_S for a, b in spans):
+            skipped += 1  # the GPU waiting for a compile is the compile's cost, not an input-bound loop
+            continue
+        utils.append(max(vals))
     if not used_gpu or len(utils) < IDLE_MIN_SAMPLES:
         return []
     mean = sum(utils) / len(utils)
     if mean >= IDLE_UTIL:
         return []
+    st = series.stats()
     return [Finding(
         id="gpu-idle", rule="gpu-idle", severity="warning",
         title=f"The GPU was mostly idle while steps ran (utilisation {mean:.0f}% on average)",
         detail=("The loop is input-bound or host-bound: the GPU waits for data, for Python between kernels, or for "
                 "synchronisations."),
-        evidence=[f"{len(utils)} samples during the step loop; utilisation min {min(utils):.0f}%, max {max(utils):.0f}%",
-                  f"step p50 {series.stats().p50_ms or 0:.2f} ms"],
+        evidence=[f"{len(utils)} samples during the step loop; utilisation min {min(utils):.0f}%, max {max(utils):.0f}%"
+                  + (f" ({skipped} samples during compiles left out)" if skipped else ""),
+                  f"step p50 {st.p50_ms or 0:.2f} ms over {len(series)} steps"],
         fix=("Feed it faster: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) and "
              ".to(device, non_blocking=True); remove .item()/print of tensors from the loop; if kernel launches "
              "dominate small steps, try mode='reduce-overhead' (CUDA graphs) or a larger batch."),
-        rank=100 - mean,
+        rank=RANK_GPU + (100 - mean) / 10,
     )]
 
 
