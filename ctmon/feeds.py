@@ -76,23 +76,16 @@ class RecordingFeed(Feed):
                         break
                     time.sleep(self.poll_s)
                     continue
-                batch: Batch = []
-                for line in splitter.feed(chunk):
-                    if not line.strip():
-                        continue
-                    self.stats.lines += 1
-                    ev = protocol.decode(line)
-                    if ev is None:
-                        self.stats.bad_lines += 1
-                        continue
-                    self.stats.events += 1
-                    if self.stats.first_kind is None:
-                        self.stats.first_kind = ev["kind"]
-                        if isinstance(ev.get("v"), int):
-                            self.stats.version = ev["v"]
-                    batch.append(ev)
-                    if ev["kind"] == protocol.EXIT and self.follow:
-                        self.follow = False
+                batch, bad = protocol.decode_lines(splitter.feed(chunk))
+                self.stats.lines += len(batch) + bad
+                self.stats.bad_lines += bad
+                self.stats.events += len(batch)
+                if batch and self.stats.first_kind is None:
+                    self.stats.first_kind = batch[0]["kind"]
+                    if isinstance(batch[0].get("v"), int):
+                        self.stats.version = batch[0]["v"]
+                if self.follow and any(ev["kind"] == protocol.EXIT for ev in batch):
+                    self.follow = False
                 if batch:
                     yield batch
             self.stats.truncated_tail = bool(splitter.pending.strip())
@@ -101,6 +94,10 @@ class RecordingFeed(Feed):
 
     def close(self) -> None:
         self._closed.set()
+        try:
+            self._f.close()  # also when batches() was never read
+        except OSError:
+            pass
 
 
 class FeedError(Exception):
@@ -157,7 +154,7 @@ class SocketFeed(Feed):
                     data = b""
                 if not data:
                     break
-                batch = [ev for ev in protocol.iter_lines_decoded(splitter.feed(data))]
+                batch, _ = protocol.decode_lines(splitter.feed(data))
                 if batch:
                     yield batch
         finally:

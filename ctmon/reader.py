@@ -40,8 +40,15 @@ def iter_stream(f: BinaryIO, stats: ReadStats | None = None) -> Iterator[protoco
         chunk = f.read(READ_CHUNK)
         if not chunk:
             break
-        for line in splitter.feed(chunk):
-            yield from _decode_line(line, st)
+        lines = splitter.feed(chunk)
+        if st.first_kind is None:  # the first event carries the version: decode it alone
+            while lines and st.first_kind is None:
+                yield from _decode_line(lines.pop(0), st)
+        events, bad = protocol.decode_lines(lines)
+        st.lines += len(events) + bad
+        st.bad_lines += bad
+        st.events += len(events)
+        yield from events
     st.oversized = splitter.oversized
     tail = splitter.pending
     if tail.strip():

@@ -178,6 +178,7 @@ class CompileState:
         self.cudagraph_skips: Counter[str] = Counter()
         self.recompile_limit: int | None = None
         self.active: dict[str, dict[str, Any]] = {}  # compile id -> start info
+        self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, list[str]] = {}
 
     # ---- events ----
@@ -254,7 +255,7 @@ class CompileState:
             rec.guard_failures = [rec.recompile_reason]
         rec.limit_hit = is_limit_hit(rec.fail_type, rec.fail_reason)
         rec.ok = rec.fail_type is None
-        rec.graph_breaks = sum(1 for b in self.breaks.values() if cid in b.compile_ids)
+        rec.graph_breaks = self._breaks_by_compile.pop(cid, 0)
         if isinstance(ev.get("recompile_limit"), int):
             self.recompile_limit = ev["recompile_limit"]
         frame.recompile_limit = self.recompile_limit
@@ -307,8 +308,12 @@ class CompileState:
             site.url = _str(ev.get("url"))
             site.gb_id = _str(ev.get("gb_id"))
         cid = ev.get("compile_id")
-        if cid is not None and len(site.compile_ids) < self.MAX_SITE_IDS:
-            site.compile_ids.append(str(cid))
+        if cid is not None:
+            cid = str(cid)
+            if len(site.compile_ids) < self.MAX_SITE_IDS:
+                site.compile_ids.append(cid)
+            if len(self._breaks_by_compile) < 100_000:
+                self._breaks_by_compile[cid] = self._breaks_by_compile.get(cid, 0) + 1
         site.frame_ids.add(ev.get("frame_id"))
         self.graph_break_count += 1
         return site

@@ -21,6 +21,7 @@ from ctmon.store.compiles import CompileState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.steps import StepClock
 
+_INF = float("inf")
 LOG_MAX = 5000
 SAMPLES_MAX = 3600
 
@@ -55,6 +56,7 @@ class Meta:
     env: dict[str, str] = field(default_factory=dict)
     start_t: float | None = None
     recording: str | None = None
+    gpu_error: str | None = None  # why there are no GPU samples (no NVML, no GPU)
 
 
 @dataclass
@@ -129,7 +131,9 @@ class Session:
             self.unknown[str(kind)[:40]] += 1
             return
         try:
-            t = _finite(ev.get("t"))
+            t = ev.get("t")
+            if type(t) is not float or t != t or t == _INF:  # decode() already gives finite floats
+                t = _finite(t)
             if t is not None and t > 0:
                 if self.first_t is None or t < self.first_t:
                     self.first_t = t
@@ -276,6 +280,8 @@ class Session:
             self.rev["output"] += 1
 
     def _on_sample(self, ev: protocol.Event) -> None:
+        if isinstance(ev.get("gpu_error"), str):
+            self.meta.gpu_error = ev["gpu_error"][:300]  # sent once; samples roll over
         self.samples.append(ev)
         self.rev["samples"] += 1
 

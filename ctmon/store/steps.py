@@ -14,10 +14,12 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from ctmon import protocol
 
 NAN = float("nan")
+MAX_DELTA_NS = 1 << 62  # ~146 years: anything larger is not a step interval
 
 
 @dataclass
@@ -73,23 +75,24 @@ class StepSeries:
         elif i0 < n:  # duplicate or reordered batch: keep what we have
             return
         times, host, dev = self.times, self.host_ms, self.dev_ms
+        deltas = deltas_ns if isinstance(deltas_ns, list) else list(deltas_ns)
+        if not deltas:
+            return
+        if not all(type(d) is int and 0 <= d < MAX_DELTA_NS for d in deltas):
+            deltas = [d if type(d) is int and 0 <= d < MAX_DELTA_NS else 0 for d in deltas]
         # Times come from an integer running sum: adding tiny deltas to a
         # Unix-epoch float would drift (and could even run backwards).
-        cum = 0
-        first = True
-        floor = times[-1] if len(times) else float("-inf")
-        for d in deltas_ns:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                d = 0
-            if first:
-                first = False
-            else:
-                cum += d
-            t = max(t0 + cum / 1e9, floor)
-            floor = t
-            times.append(t)
-            host.append(d / 1e6 if d > 0 and len(times) > 1 else NAN)
-            dev.append(NAN)
+        cum = list(accumulate(deltas[1:], initial=0))
+        if len(times) and t0 < times[-1]:
+            t0 = times[-1]  # keep times non-decreasing across batches (bisect relies on it)
+        new_times = [t0 + c / 1e9 for c in cum]
+        ms = [d / 1e6 if d > 0 else NAN for d in deltas]
+        if not (n > 0 or i0 > 0) or deltas[0] <= 0:
+            ms[0] = NAN
+        # all three arrays grow together, or not at all
+        times.extend(new_times)
+        host.extend(ms)
+        dev.extend([NAN] * len(deltas))
         if self._pending_windows:
             pending, self._pending_windows = self._pending_windows, []
             for w in pending:
@@ -107,9 +110,19 @@ class StepSeries:
             if len(self._pending_windows) < 10_000:
                 self._pending_windows.append((i0, i1, ms))
             return
-        per = ms / (i1 - i0)
-        for k in range(i0 + 1, i1 + 1):
-            self.dev_ms[k] = per
+        # Split the window's device time in proportion to the host intervals:
+        # a fast step next to a slow one (a compile) keeps its own share.
+        # Without usable host intervals, split it evenly.
+        host = [self.host_ms[k] for k in range(i0 + 1, i1 + 1)]
+        total = sum(h for h in host if h == h and h > 0)
+        if total > 0 and all(h == h and h > 0 for h in host):
+            scale = ms / total
+            for k, h in zip(range(i0 + 1, i1 + 1), host, strict=True):
+                self.dev_ms[k] = h * scale
+        else:
+            per = ms / (i1 - i0)
+            for k in range(i0 + 1, i1 + 1):
+                self.dev_ms[k] = per
         self.device_windows += 1
         self._sorted_cache = None
 
@@ -207,7 +220,7 @@ class StepClock:
             return False
         t0 = ev.get("t")
         ok_t = isinstance(t0, (int, float)) and not isinstance(t0, bool) and t0 == t0 and abs(t0) != float("inf")
-        self._get(src).add_batch(i0, float(t0) if ok_t else 0.0, ns)
+        self._get(src).add_batch(i0, float(t0) if ok_t else 0.0, ns)  # type: ignore[arg-type]
         return True
 
     def on_device_time(self, ev: protocol.Event) -> bool:
