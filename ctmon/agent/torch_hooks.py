@@ -38,27 +38,37 @@ from ctmon.agent.trace import TraceHandler, attribute_module
 TRACE_LOGGER = "torch.__trace"
 
 
-class TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls back right after the top-level ``torch`` module has executed."""
+class ImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls back right after a watched module has executed, before whoever
+    imported it sees it (so a wrapped function is what ``from m import f`` binds)."""
 
-    def __init__(self, callback: Callable[[ModuleType], None]) -> None:
-        self._callback = callback
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self._callbacks = dict(callbacks)
+        self._busy: set[str] = set()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch":
+        callback = self._callbacks.get(fullname)
+        if callback is None or fullname in self._busy:
             return None
+        self._busy.add(fullname)
         try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.util.find_spec("torch")
+            spec = importlib.util.find_spec(fullname)
+        except (ImportError, ValueError):
+            spec = None
+        finally:
+            self._busy.discard(fullname)
+        del self._callbacks[fullname]
+        if not self._callbacks:
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         loader = spec.loader
         original = loader.exec_module
-        callback = self._callback
 
         def exec_module(module: ModuleType) -> None:
             original(module)
@@ -75,10 +85,49 @@ def watch_torch_import(agent: Agent) -> None:
         except Exception as exc:  # the job's import of torch must succeed regardless
             agent.emit(note("warning", f"ctmon could not hook torch: {type(exc).__name__}: {exc}"))
 
+    def on_cudagraph_utils(module: ModuleType) -> None:
+        try:
+            hook_cudagraph_skips(agent, module)
+        except Exception:
+            pass
+
+    callbacks: dict[str, Callable[[ModuleType], None]] = {}
     if "torch" in sys.modules:
         on_import(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, TorchImportWatcher(on_import))
+        callbacks["torch"] = on_import
+    if CUDAGRAPH_UTILS in sys.modules:
+        on_cudagraph_utils(sys.modules[CUDAGRAPH_UTILS])
+    else:
+        callbacks[CUDAGRAPH_UTILS] = on_cudagraph_utils
+    if callbacks:
+        sys.meta_path.insert(0, ImportWatcher(callbacks))
+
+
+CUDAGRAPH_UTILS = "torch._inductor.cudagraph_utils"
+
+
+def hook_cudagraph_skips(agent: Agent, module: ModuleType) -> None:
+    """Report every graph that mode="reduce-overhead" could not capture.
+
+    PyTorch decides this when a compiled graph first runs -- after its compile
+    metrics are closed -- and only logs it (a warning on an artifact logger
+    that is off by default) and bumps a counter. Wrapping the one function
+    that does both catches every skip with PyTorch's own reason.
+    """
+    original = getattr(module, "log_cudagraph_skip_and_bump_counter", None)
+    if original is None or getattr(original, "__ctmon_wrapped__", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def log_cudagraph_skip_and_bump_counter(msg: str, *args: Any, **kwargs: Any) -> Any:
+        if not agent.channel.disabled:
+            agent.emit({"kind": protocol.CUDAGRAPH, "t": time.time(), "event": "skip",
+                        "reason": protocol.clip(msg, 2000)})
+        return original(msg, *args, **kwargs)
+
+    log_cudagraph_skip_and_bump_counter.__ctmon_wrapped__ = original  # type: ignore[attr-defined]
+    module.log_cudagraph_skip_and_bump_counter = log_cudagraph_skip_and_bump_counter  # type: ignore[attr-defined]
 
 
 def note(level: str, message: str) -> protocol.Event:
@@ -202,13 +251,20 @@ def count_cache_entries(cache_dir: str) -> dict[str, int]:
     A warm cache that then misses on every compile is worth a finding.
     """
     out: dict[str, int] = {}
-    for name, sub in (("fx_graph", "fxgraph"), ("aot_autograd", "aotautograd")):
-        path = os.path.join(cache_dir, sub)
-        try:
-            out[name] = sum(1 for _ in os.scandir(path))
-        except OSError:
-            out[name] = 0
+    # fxgraph/<2-char prefix>/<key>/..., aotautograd/<key>/...
+    for name, sub, depth in (("fx_graph", "fxgraph", 2), ("aot_autograd", "aotautograd", 1)):
+        out[name] = _count_dirs(os.path.join(cache_dir, sub), depth)
     return out
+
+
+def _count_dirs(path: str, depth: int) -> int:
+    try:
+        entries = [e for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    if depth <= 1:
+        return len(entries)
+    return sum(_count_dirs(e.path, depth - 1) for e in entries)
 
 
 def devices_event(torch: Any) -> protocol.Event:

@@ -14,6 +14,7 @@ from typing import Any
 class GpuSampler:
     def __init__(self) -> None:
         self.error: str | None = None
+        self._no_v2 = False
         self._nv: Any = None
         self._handles: list[Any] = []
         self.names: list[str] = []
@@ -49,7 +50,7 @@ class GpuSampler:
             util = _safe(nv.nvmlDeviceGetUtilizationRates, h)
             g["util"] = getattr(util, "gpu", None)
             g["mem_util"] = getattr(util, "memory", None)
-            mem = _safe(nv.nvmlDeviceGetMemoryInfo, h)
+            mem = self._memory(h)
             g["mem_used"] = getattr(mem, "used", None)
             g["mem_total"] = getattr(mem, "total", None)
             power = _safe(nv.nvmlDeviceGetPowerUsage, h)
@@ -61,6 +62,19 @@ class GpuSampler:
             g["proc_mem"] = self._proc_mem(h, pidset)
             out.append(g)
         return out
+
+    def _memory(self, handle: Any) -> Any:
+        """Memory info as nvidia-smi counts it: NVML's v2 call leaves the
+        driver's reserved memory out of "used" (v1 includes it, ~0.5 GiB on an
+        H100); fall back to v1 on drivers or bindings without v2."""
+        nv = self._nv
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        if v2 is not None and not self._no_v2:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            except Exception:
+                self._no_v2 = True
+        return _safe(nv.nvmlDeviceGetMemoryInfo, handle)
 
     def _proc_mem(self, handle: Any, pids: set[int]) -> int | None:
         """The job tree's memory on this GPU; None if NVML cannot tell.
