@@ -1,9 +1,164 @@
-"""``ctmon watch``."""
+"""``ctmon watch``: list this user's live jobs and attach to one.
+
+    ctmon watch                 list live sessions; pick one to attach (or the only one)
+    ctmon watch PID|ID          attach to the session of that job (or supervisor) pid / session id
+    ctmon watch --list [--json] only list
+    ctmon watch --connect HOST:PORT [--token TOKEN]
+                                attach over TCP to a job started with --listen (e.g. through ssh -L)
+
+Attaching replays the session's full history first, so a late viewer sees
+exactly what one attached from the start saw. ``q`` detaches: the job keeps
+running. Works over ``ssh -t node ctmon watch``.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import time
+
 from ctmon.cli import CliError
+from ctmon.launch import runtime
+
+HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
 
 def main(argv: list[str]) -> int:
-    raise CliError("watch: not available yet")
+    list_only = as_json = False
+    connect = token = None
+    key = None
+    it = iter(argv)
+    for a in it:
+        if a in ("-h", "--help"):
+            sys.stdout.write("usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token TOKEN]]\n\n" + HELP)
+            return 0
+        if a == "--list":
+            list_only = True
+        elif a == "--json":
+            as_json = list_only = True
+        elif a == "--connect" or a.startswith("--connect="):
+            connect = a.partition("=")[2] if "=" in a else next(it, None)
+            if not connect:
+                raise CliError("watch: --connect needs HOST:PORT")
+        elif a == "--token" or a.startswith("--token="):
+            token = a.partition("=")[2] if "=" in a else next(it, None)
+            if not token:
+                raise CliError("watch: --token needs a value")
+        elif a.startswith("-"):
+            raise CliError(f"watch: unknown option {a} (try: ctmon watch --help)")
+        elif key is None:
+            key = a
+        else:
+            raise CliError("watch: give at most one PID or session id")
+    if connect:
+        return _watch_tcp(connect, token)
+    sessions = runtime.list_sessions()
+    if list_only or (key is None and not _interactive()):
+        return _print_list(sessions, as_json)
+    if key is not None:
+        found = runtime.find_session(key)
+        if found is None:
+            raise CliError(f"watch: no live ctmon session for '{key}' (ctmon watch --list shows them)")
+        return _watch(found)
+    if not sessions:
+        sys.stderr.write("ctmon: no live sessions (start one with: ctmon attach script.py)\n")
+        return 1
+    if len(sessions) == 1:
+        return _watch(sessions[0])
+    _print_list(sessions, False)
+    while True:
+        try:
+            answer = input(f"attach to which session? [1-{len(sessions)}, q] ").strip()
+        except EOFError:
+            return 1
+        if answer.lower() in ("q", ""):
+            return 0
+        if answer.isdigit() and 1 <= int(answer) <= len(sessions):
+            return _watch(sessions[int(answer) - 1])
+        print(f"please answer 1-{len(sessions)} or q")
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _age(start: object) -> str:
+    if not isinstance(start, (int, float)):
+        return "?"
+    s = max(0, int(time.time() - start))
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
+    if as_json:
+        keep = ("id", "job_pid", "supervisor_pid", "command", "cwd", "start", "state", "steps", "compiles",
+                "recompiles", "graph_breaks", "recording", "tcp", "mode")
+        json.dump([{k: s.get(k) for k in keep} for s in sessions], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not sessions:
+        print("no live ctmon sessions")
+        return 0
+    print(f"{'#':>2}  {'PID':>7}  {'STARTED':>8}  {'STATE':<9}  {'STEPS':>8}  {'COMPILES':>8}  COMMAND")
+    for i, s in enumerate(sessions, 1):
+        cmd = " ".join(str(c) for c in s.get("command") or [])  # type: ignore[union-attr]
+        started = time.strftime("%H:%M:%S", time.localtime(s["start"])) if isinstance(s.get("start"), (int, float)) else "?"
+        print(f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
+              f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)")
+    return 0
+
+
+def _watch(info: dict[str, object]) -> int:
+    from ctmon.feeds import FeedError, SocketFeed
+
+    try:
+        feed = SocketFeed(str(info["viewer_socket"]))
+    except FeedError as e:
+        raise CliError(f"watch: {e}") from None
+    return _run(feed, str(info.get("recording") or ""), " ".join(str(c) for c in info.get("command") or []),  # type: ignore[union-attr]
+                info.get("job_pid"))
+
+
+def _watch_tcp(addr: str, token: str | None) -> int:
+    from ctmon.feeds import FeedError, SocketFeed
+    from ctmon.launch.supervisor import parse_listen
+
+    try:
+        host, port = parse_listen(addr)
+    except ValueError as e:
+        raise CliError(f"watch: {e}") from None
+    token = token or os.environ.get("CTMON_TOKEN")
+    if not token:
+        if not _interactive():
+            raise CliError("watch: --connect needs the session token (--token or CTMON_TOKEN)")
+        import getpass
+
+        token = getpass.getpass("session token: ").strip()
+    try:
+        feed = SocketFeed.tcp(host, port, token)
+    except FeedError as e:
+        raise CliError(f"watch: {e}") from None
+    return _run(feed, "", addr, None)
+
+
+def _run(feed, recording: str, title: str, pid: object) -> int:  # type: ignore[no-untyped-def]
+    if not _interactive():
+        raise CliError("watch: needs a terminal (run it with ssh -t when remote)")
+    from ctmon.tui.app import CtmonApp
+
+    app = CtmonApp(feed, launched=False, recording=recording or None, title=title)
+    result = app.run()
+    feed.close()
+    exit_info = getattr(result, "exit", None)
+    if exit_info is None:
+        again = f"ctmon watch {pid}" if pid else "ctmon watch"
+        sys.stderr.write(f"ctmon: detached; the job keeps running ({again} to come back)\n")
+        return 0
+    sys.stderr.write(f"ctmon: the job ended with status {exit_info.status}" + (f"; recording: {recording}" if recording else "") + "\n")
+    return 0
