@@ -33,7 +33,7 @@ class Run:
         with open(self.recording, "rb") as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def trace(self) -> "TraceCounts":
+    def trace(self) -> TraceCounts:
         assert self.trace_dir is not None
         return read_torch_trace(self.trace_dir)
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, env_with, record, workload
 
 
@@ -61,7 +60,7 @@ def test_output_passes_through_unchanged_and_summary_goes_to_stderr(tmp_path):
     assert out.stdout == b"a\nb\r\nc\xff\xfe\n"
     assert out.stderr.startswith(b"err\n")
     assert b"ctmon: python" in out.stderr and b"exited with code 0" in out.stderr
-    events = [json.loads(l) for l in open(rec, "rb") if l.strip()]
+    events = [json.loads(ln) for ln in open(rec, "rb") if ln.strip()]
     text = "".join(e["data"] for e in events if e["kind"] == "output" and e["stream"] == "stdout")
     assert text == "a\nb\r\nc\ufffd\ufffd\n"
 

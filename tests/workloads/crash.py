@@ -9,7 +9,7 @@ how = sys.argv[1] if len(sys.argv) > 1 else "exception"
 model = torch.nn.Linear(4, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 cmodel = torch.compile(model, backend="eager")
-for i in range(5):
+for _ in range(5):
     cmodel(torch.randn(2, 4)).sum().backward()
     opt.step()
     opt.zero_grad()

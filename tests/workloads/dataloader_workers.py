@@ -13,7 +13,7 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     cmodel = torch.compile(model, backend="eager")
     steps = 0
-    for epoch in range(2):
+    for _epoch in range(2):
         for x, y in loader:
             loss = torch.nn.functional.mse_loss(cmodel(x), y)
             loss.backward()

@@ -17,7 +17,7 @@ class Net(torch.nn.Module):
 
 net = torch.compile(Net(), backend="aot_eager")
 opt = torch.optim.SGD(net.parameters(), lr=0.01)
-for step in range(4):
+for _step in range(4):
     loss = net(torch.randn(4, 8)).sum()
     loss.backward()
     opt.step()

@@ -11,8 +11,8 @@ cmodel = torch.compile(model, backend="eager")
 x = torch.randn(64, 256)
 starts = []
 with torch.no_grad():
-    for i in range(50):
+    for _ in range(50):
         starts.append(time.perf_counter())
         cmodel(x)
-intervals = [(b - a) * 1000 for a, b in zip(starts, starts[1:])]
+intervals = [(b - a) * 1000 for a, b in zip(starts, starts[1:], strict=False)]
 print("SELF_TIMING " + json.dumps({"steps": len(starts), "intervals_ms": intervals}))

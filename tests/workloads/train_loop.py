@@ -13,11 +13,11 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 cmodel = torch.compile(model, backend="aot_eager")
 x = torch.randn(128, 256)
 ends = []
-for i in range(steps):
+for _ in range(steps):
     loss = cmodel(x).pow(2).mean()
     loss.backward()
     opt.step()
     ends.append(time.perf_counter())
     opt.zero_grad(set_to_none=True)
-intervals = [(b - a) * 1000 for a, b in zip(ends, ends[1:])]
+intervals = [(b - a) * 1000 for a, b in zip(ends, ends[1:], strict=False)]
 print("SELF_TIMING " + json.dumps({"steps": len(ends), "intervals_ms": intervals}))

@@ -1,0 +1,124 @@
+"""torch.compile modes measured by ctmon itself, on a GPU.
+
+For each demo and mode, one `ctmon record` run of the demo (a cold Inductor
+cache each time, as a fresh job would have), then ctmon's report gives:
+
+  compile_s     total compile time (frames + backward graphs) from PyTorch's
+                compilation_metrics, as ctmon recorded them
+  first_step_s  from the first compile's start to the first step boundary
+                (the first step, compile included); eager: the demo's own figure
+  steady_ms     ctmon's p50 step time (device-timed with CUDA events)
+  speedup       eager steady / mode steady
+  peak_mem_gib  the job's largest GPU memory in ctmon's samples (NVML)
+  autotune      Triton kernels ctmon saw compiled/tuned; cudagraph skips
+
+Usage: python benchmarks/modes.py [--demos gpt_baseline,inference_buckets] [--modes ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_ARGS = {
+    "gpt_baseline": ["--steps", "120"],
+    "inference_buckets": ["--fix", "--steps", "200"],
+}
+MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+
+
+def run(demo: str, mode: str, out_dir: str, timeout: float) -> dict:
+    rec = os.path.join(out_dir, f"{demo}_{mode}.jsonl")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, os.path.join(ROOT, "demos", f"{demo}.py"),
+           "--device", "cuda", "--mode", mode, *DEMO_ARGS[demo]]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"demo": demo, "mode": mode, "error": f"timed out after {timeout:.0f} s"}
+    wall = time.time() - t0
+    if p.returncode != 0:
+        return {"demo": demo, "mode": mode, "error": p.stderr[-800:]}
+    rep = json.loads(subprocess.run([sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True,
+                                    text=True, env=env).stdout)
+    first_compile = first_boundary = None
+    peak = 0
+    with open(rec) as f:
+        for line in f:
+            ev = json.loads(line)
+            k = ev["kind"]
+            if k == "compile_start" and first_compile is None:
+                first_compile = ev["t"]
+            elif k == "steps" and first_boundary is None:
+                first_boundary = ev["t"]
+            elif k == "sample":
+                for g in ev.get("gpus") or []:
+                    if isinstance(g.get("proc_mem"), int):
+                        peak = max(peak, g["proc_mem"])
+    own_first = None
+    for line in p.stdout.splitlines():
+        if line.startswith("summary:") and "first step" in line:
+            own_first = line.split("first step", 1)[1].split("(")[0].strip()
+    st = rep["steps"]
+    return {
+        "demo": demo,
+        "mode": mode,
+        "wall_s": round(wall, 1),
+        "compile_s": rep["compile"]["total_time_s"],
+        "compiles": rep["compile"]["compiles"],
+        "first_step_s": round(first_boundary - first_compile, 2) if first_compile and first_boundary else None,
+        "demo_first_step": own_first,
+        "steady_ms": st["p50_ms"],
+        "p90_ms": st["p90_ms"],
+        "device_timed": st["device_timed"],
+        "steps": st["count"],
+        "peak_mem_gib": round(peak / 2**30, 2) if peak else None,
+        "autotune_kernels": rep["cache"]["autotune"]["kernels"],
+        "cudagraph_skips": rep["cudagraphs"]["skips"],
+        "findings": [(f["severity"], f["title"]) for f in rep.get("findings", []) if f["severity"] != "info"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demos", default="gpt_baseline,inference_buckets")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--timeout", type=float, default=300)
+    a = ap.parse_args()
+    out_dir = a.out or tempfile.mkdtemp(prefix="ctmon-modes-")
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    for demo in a.demos.split(","):
+        for mode in a.modes.split(","):
+            r = run(demo, mode, out_dir, a.timeout)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    for demo in a.demos.split(","):
+        eager = next((r.get("steady_ms") for r in rows if r["demo"] == demo and r["mode"] == "eager"), None)
+        for r in rows:
+            if r["demo"] == demo and r.get("steady_ms") and eager:
+                r["speedup"] = round(eager / r["steady_ms"], 2)
+    with open(os.path.join(out_dir, "modes.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    print("| demo | mode | compile | first step | steady p50 | speedup | peak GPU mem |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['demo']} | {r['mode']} | error: {r['error'][:60]} | | | | |")
+            continue
+        print(f"| {r['demo']} | {r['mode']} | {r['compile_s']} s | {r['first_step_s'] or r['demo_first_step']} s | "
+              f"{r['steady_ms']} ms | {r.get('speedup', '-')}x | {r['peak_mem_gib']} GiB |")
+
+
+if __name__ == "__main__":
+    main()
