@@ -152,6 +152,41 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
         _api._step_impl = impl if on else None
 
     results["ctmon_step_ns"] = _pairs(api_round, set_api, pairs, steps_per_round)
+
+    # 4. The hooks' own work, called directly: exactly what a step pays on the
+    # host, without the 15-30 us of an optimizer step's noise around it.
+    clock = agent.clock
+    clock.rank, clock.count, clock._opt_key = -1, 0, None
+    hook = clock.optimizer_post_hook
+    no_args: tuple[()] = ()
+    no_kwargs: dict[str, object] = {}
+
+    def direct(fn, n: int) -> float:  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - t0) / n
+
+    def empty() -> None:
+        return None
+
+    def call_hook() -> None:
+        hook(opt, no_args, no_kwargs)
+
+    wrapped_empty = clock.wrap_compiled(empty)
+    rounds = {"optimizer_hook": [], "compiled_wrapper": [], "baseline_call": []}
+    for _ in range(pairs):
+        rounds["baseline_call"].append(direct(empty, 200_000))
+        rounds["optimizer_hook"].append(direct(call_hook, 200_000))
+        clock.rank, clock.count = -1, 0
+        rounds["compiled_wrapper"].append(direct(wrapped_empty, 200_000))
+        clock.rank = 1
+    base = statistics.median(rounds["baseline_call"])
+    results["direct_ns"] = {
+        "optimizer_hook_call": round(statistics.median(rounds["optimizer_hook"]), 1),
+        "compiled_wrapper_extra": round(statistics.median(rounds["compiled_wrapper"]) - base, 1),
+        "python_call_baseline": round(base, 1),
+    }
     return results
 
 

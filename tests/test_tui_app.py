@@ -118,7 +118,7 @@ async def test_gpu_panel_numbers() -> None:
         assert "4× NVIDIA H100 80GB HBM3" in text
         assert " 97% 34/80G" in text
         alerts = main_of(app).query_one("#alerts").render_text().plain
-        assert alerts.startswith("CRIT 0/3 pool at pool.py:7: recompile limit hit")
+        assert alerts.startswith("CRIT pool.py:7 pool hit the recompile limit (3) and now runs eager")
 
 
 @run_async

@@ -77,6 +77,7 @@ class CompileRecord:
     fx_hits: int = 0
     fx_misses: int = 0
     ok: bool = True
+    guard: Any = field(default=None, repr=False, compare=False)  # the findings engine's parse of the reason
 
     @property
     def is_recompile(self) -> bool:

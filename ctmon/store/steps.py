@@ -58,6 +58,10 @@ class StepSeries:
         self.dev_ms = array("d")  # device-timed interval, NaN where unknown
         self.device_windows = 0
         self._pending_windows: list[tuple[int, int, float]] = []
+        self._above: list[tuple[int, float]] = []
+        self._above_floor: float | None = None
+        self._above_next = 1
+        self._retimed_from = 1 << 62
         self._sorted_cache: tuple[int, int, list[float]] | None = None
 
     def __len__(self) -> int:
@@ -124,6 +128,7 @@ class StepSeries:
             for k in range(i0 + 1, i1 + 1):
                 self.dev_ms[k] = per
         self.device_windows += 1
+        self._retimed_from = min(self._retimed_from, i0 + 1)
         self._sorted_cache = None
 
     def interval_ms(self, k: int) -> float:
@@ -140,6 +145,31 @@ class StepSeries:
             if v == v:
                 out.append(v)
         return out
+
+    def intervals_above(self, threshold: float) -> list[tuple[int, float]]:
+        """(index, ms) of every interval longer than threshold.
+
+        Incremental: intervals above half the lowest threshold asked so far are
+        kept, so a later call scans only the new intervals (and those that
+        device windows retimed), not the whole run again."""
+        n = len(self.host_ms)
+        if self._above_floor is None or threshold < self._above_floor:
+            self._above_floor = threshold / 2
+            self._above = []
+            self._above_next = 1
+        start = min(self._above_next, self._retimed_from)
+        if start < self._above_next:
+            self._above = [kv for kv in self._above if kv[0] < start]
+        floor = self._above_floor
+        dev, host = self.dev_ms, self.host_ms
+        self._above.extend(
+            (k, d if d == d else h)
+            for k, d, h in zip(range(start, n), dev[start:n], host[start:n], strict=True)
+            if (d if d == d else h) > floor
+        )
+        self._above_next = n
+        self._retimed_from = n
+        return [kv for kv in self._above if kv[1] > threshold]
 
     def stats(self, window: int | None = None) -> StepStats:
         n = len(self.times)

@@ -184,6 +184,7 @@ class MainScreen(Screen[None]):
         Binding("shift+tab", "pane(-1)", "Previous pane", priority=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("f", "cycle_kinds", "Event kinds", show=False),
+        Binding("a", "findings", "Findings", show=False),
         Binding("left_square_bracket", "app.replay_step(-1)", "Step back", show=False),
         Binding("right_square_bracket", "app.replay_step(1)", "Step forward", show=False),
         Binding("left_curly_bracket", "app.replay_jump(-1)", "Jump back", show=False),
@@ -275,6 +276,12 @@ class MainScreen(Screen[None]):
             self.set_current(w.NAME, focus=False)
 
     # ---- keys that act on the view ----
+
+    def action_findings(self) -> None:
+        from ctmon.tui.panels import findings_body
+
+        n = len(self.ctx.session.findings())
+        self.app.push_screen(DetailScreen(f"Findings · {n}", findings_body(self.ctx), "findings"))
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(replay=self.ctx.replay is not None))

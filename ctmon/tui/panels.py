@@ -15,6 +15,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from itertools import islice
+from time import monotonic
 from typing import Any
 
 from rich.text import Text
@@ -612,28 +613,103 @@ def _below(path: str, cwd: str | None) -> bool:
     return bool(cwd) and path.startswith(cwd.rstrip("/") + "/")  # type: ignore[union-attr]
 
 
+FINDINGS_EVERY_S = 2.0  # live: findings that depend on steps or samples are refreshed this often
+
+
+_findings_cache: dict[int, tuple[Any, float, Any, list[Any]]] = {}
+
+
+def current_findings(ctx: ViewContext, force: bool = False) -> list[Any]:
+    """The session's findings, recomputed at most every FINDINGS_EVERY_S
+    (a compile storm changes the store many times a second; the rules need
+    not run that often), at once after a replay jump or the job's exit."""
+    s = ctx.session
+    key = (ctx.gen, s.exit is not None)
+    revs = (s.rev["compile"], s.rev["steps"], s.rev["samples"], s.rev["meta"])
+    hit = _findings_cache.get(id(ctx))
+    now = monotonic()
+    if hit is not None and hit[0] == key and not force:
+        _, t, old_revs, found = hit
+        if old_revs == revs or now - t < FINDINGS_EVERY_S:
+            return found
+    found = s.findings()
+    if len(_findings_cache) > 8 and id(ctx) not in _findings_cache:
+        _findings_cache.clear()
+    _findings_cache[id(ctx)] = (key, now, revs, found)
+    return found
+
+
+def live_findings(ctx: ViewContext) -> list[Any]:
+    """Findings of severity warning and above, most severe first."""
+    return [f for f in current_findings(ctx) if f.severity in ("critical", "warning")]
+
+
+def finding_text(f: Any, ctx: ViewContext) -> Text:
+    sev = "CRIT" if f.severity == "critical" else "warn"
+    where = f" {fmt.short_path(f.file, ctx.cwd, True)}:{f.line}" if f.file else ""
+    return Text.assemble((f"{sev}", "bold red" if sev == "CRIT" else "bold yellow"), (where, "cyan"), " ",
+                         fmt.first_line(localize(f.title, ctx.cwd)))
+
+
 class AlertsPanel(Panel):
-    """Today: critical log entries (recompile-limit hits, failed compiles, a
-    job that died). Findings from the store will be listed here as well."""
+    """What needs attention now: the findings (recompile limit hit or near,
+    storms of recompiles, graph breaks in the loop, cache misses, skipped CUDA
+    graphs, an idle GPU), then the job dying or failing compiles. ``a`` opens
+    every finding with its evidence and fix."""
 
     SECTIONS = ("log",)
 
     DEFAULT_CSS = """
-    AlertsPanel { text-wrap: wrap; }
+    AlertsPanel { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    def update_key(self) -> Any:
+        # the findings shown (recomputed at most every FINDINGS_EVERY_S) decide
+        return (*super().update_key(), tuple(f.id for f in live_findings(self.ctx)))
+
+    def _items(self, limit: int) -> list[Text]:
+        ctx = self.ctx
+        out = [finding_text(f, ctx) for f in live_findings(ctx)]
+        out += [alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit)) if e.kind in ("exit", "note", "error")]
+        return out
+
     def set_title(self) -> None:
-        n = len(alerts(self.ctx.session, ALERTS_KEPT))
-        put_title(self, (f"Alerts · {n}" + ("+" if n >= ALERTS_KEPT else "")) if n else "Alerts")
+        n = len(live_findings(self.ctx))
+        put_title(self, f"Alerts · {n} (a: all)" if n else "Alerts")
 
     def render_text(self) -> Text:
         h = self.content_height
-        items = alerts(self.ctx.session, h)
+        items = self._items(h)
         if not items:
             return Text("none", style="dim")
-        out = Text("\n").join(alert_text(e, self.ctx) for e in reversed(items))  # newest first
-        out.no_wrap = False
+        out = Text("\n").join(items[: max(1, h)])
+        out.no_wrap = True
+        out.overflow = "ellipsis"
         return out
+
+
+def findings_body(ctx: ViewContext) -> Text:
+    """Every finding: title, where, why, the evidence and the fix."""
+    found = current_findings(ctx, force=True)
+    if not found:
+        return Text("No findings: compilation looks healthy.", style="dim")
+    out = Text()
+    for f in found:
+        style = {"critical": "bold red", "warning": "bold yellow"}.get(f.severity, "bold")
+        out.append(f"{f.severity.upper():<9}", style)
+        out.append(localize(f.title, ctx.cwd) + "\n", "bold")
+        if f.file:
+            out.append(f"  at {fmt.short_path(f.file, ctx.cwd, False)}:{f.line}\n", "cyan")
+        if f.detail:
+            out.append(textwrap.indent(textwrap.fill(f.detail, 100), "  ") + "\n")
+        for e in f.evidence[:10]:
+            out.append(textwrap.indent(textwrap.fill(localize(e, ctx.cwd), 100, subsequent_indent="    "), "  - ") + "\n",
+                       "dim")
+        if f.fix:
+            out.append("  fix: ", "bold green")
+            out.append(textwrap.fill(f.fix, 100, subsequent_indent="       ")[0:] + "\n")
+        out.append("\n")
+    return out
 
 
 # --------------------------------------------------------------- key bar

@@ -23,6 +23,7 @@ KEYS: list[tuple[str, str]] = [
     ("Esc", "close details or dialogs; in a pane: clear its filter"),
     ("/", "filter the pane (text; events also by kind)"),
     ("f", "events: cycle kinds (all, compiles, recompiles, breaks, cache, alerts)"),
+    ("a", "all findings: what is wrong, where, the evidence and the fix"),
     ("space", "pause the view (data keeps being collected)"),
 ]
 REPLAY_KEYS: list[tuple[str, str]] = [

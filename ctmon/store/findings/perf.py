@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import guards as G
@@ -124,11 +125,7 @@ def rule_spikes(s: Session) -> list[Finding]:
     threshold = max(SPIKE_FACTOR * p50, p50 + SPIKE_MIN_MS)
     compiles = list(s.compile.compiles)
     marked = series.compile_marked([c.span for c in compiles])
-    spikes = []
-    for k in range(1, len(series)):
-        v = series.interval_ms(k)
-        if v == v and v > threshold:
-            spikes.append((k, v))
+    spikes = series.intervals_above(threshold)
     if not spikes:
         return []
     by_compile = [(k, v) for k, v in spikes if k in marked]
@@ -219,6 +216,13 @@ def rule_cudagraphs(s: Session) -> list[Finding]:
     return out
 
 
+def _overlaps(spans_sorted: list[tuple[float, float]], ends_max: list[float], lo: float, hi: float) -> bool:
+    """Does any (start, end) span overlap (lo, hi)? Spans sorted by start;
+    ends_max[i] is the largest end among the first i+1 spans."""
+    i = bisect_left(spans_sorted, (hi, float("-inf")))  # spans starting before hi
+    return i > 0 and ends_max[i - 1] > lo
+
+
 def rule_idle_gpu(s: Session) -> list[Finding]:
     series = s.steps.current
     if series is None or len(series) < WARMUP_STEPS:
@@ -226,6 +230,8 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
     t0 = series.times[min(WARMUP_STEPS, len(series) // 2)]  # after warm-up; compiles are left out below
     t1 = series.times[-1]
     spans = [c.span for c in s.compile.compiles]
+    spans_sorted = sorted(spans)
+    ends_max = list(accumulate((b for _, b in spans_sorted), max))
     utils = []
     skipped = 0
     used_gpu = bool(s.meta.devices)
@@ -245,7 +251,7 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
                 vals.append(float(u))
         if not vals:
             continue
-        if any(a < t and b > t - SAMPLE_WINDOW_S for a, b in spans):
+        if _overlaps(spans_sorted, ends_max, t - SAMPLE_WINDOW_S, t):
             skipped += 1  # the GPU waiting for a compile is the compile's cost, not an input-bound loop
             continue
         utils.append(max(vals))

@@ -40,7 +40,14 @@ def _ev(c: CompileRecord, g: G.Guard) -> str:
 
 
 def _recompiles(frame: Frame) -> Group:
-    return [(c, G.classify(c.recompile_reason)) for c in frame.compiles if c.recompile_reason]
+    out = []
+    for c in frame.compiles:
+        if c.recompile_reason:
+            g = c.guard  # classified once per compile record, not on every analysis
+            if g is None:
+                g = c.guard = G.classify(c.recompile_reason)
+            out.append((c, g))
+    return out
 
 
 def _limit(s: Session, frame: Frame) -> int | None:
