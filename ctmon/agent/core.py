@@ -17,7 +17,7 @@ from ctmon import _api, protocol
 from ctmon.agent.channel import Channel
 from ctmon.agent.steps import StepClock
 from ctmon.agent.trace import TraceConverter
-from ctmon.ring import StepRing
+from ctmon.ring import DEFAULT_CAPACITY, StepRing
 
 ENV_SOCKET = "CTMON_AGENT_SOCKET"
 ENV_SESSION = "CTMON_SESSION"
@@ -70,7 +70,7 @@ class Agent:
         if session_dir:
             path = os.path.join(session_dir, f"steps-{os.getpid()}.ring")
             try:
-                self.clock.attach_ring(StepRing.create(path))
+                self.clock.attach_ring(StepRing.create(path, ring_capacity()))
                 hello["step_ring"] = path
             except OSError as e:
                 hello["step_ring_error"] = e.strerror or str(e)
@@ -84,6 +84,16 @@ class Agent:
     def close(self) -> None:
         _api._step_impl = None
         self.channel.close()
+
+
+def ring_capacity() -> int:
+    """CTMON_STEP_RING_CAPACITY (a power of two, 64 .. 2^24) or the default 2^20."""
+    raw = os.environ.get("CTMON_STEP_RING_CAPACITY", "")
+    if raw.isdigit():
+        n = int(raw)
+        if 64 <= n <= 1 << 24 and n & (n - 1) == 0:
+            return n
+    return DEFAULT_CAPACITY
 
 
 def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
