@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Any
 
 from ctmon import protocol
 
@@ -53,11 +54,15 @@ def percentile(sorted_vals: list[float], q: float) -> float | None:
 class StepSeries:
     def __init__(self, source: str) -> None:
         self.source = source
+        # 16 bytes a step: a double for the wall time, a float for the interval
+        # (7 significant digits is plenty for milliseconds); device-timed
+        # intervals exist only on CUDA, so their array is made on first use.
         self.times = array("d")  # wall time of boundary i
-        self.host_ms = array("d")  # interval ending at boundary i (NaN for i == 0 / after a gap)
-        self.dev_ms = array("d")  # device-timed interval, NaN where unknown
+        self.host_ms = array("f")  # interval ending at boundary i (NaN for i == 0 / after a gap)
+        self.dev_ms: array[float] | None = None  # device-timed interval, NaN where unknown
         self.device_windows = 0
         self._pending_windows: list[tuple[int, int, float]] = []
+        self._p50_cache: tuple[Any, float | None] | None = None
         self._above: list[tuple[int, float]] = []
         self._above_floor: float | None = None
         self._above_next = 1
@@ -75,7 +80,8 @@ class StepSeries:
             last = self.times[-1] if n else float(t0)
             self.times.extend([last] * gap)
             self.host_ms.extend([NAN] * gap)
-            self.dev_ms.extend([NAN] * gap)
+            if self.dev_ms is not None:
+                self.dev_ms.extend([NAN] * gap)
         elif i0 < n:  # duplicate or reordered batch: keep what we have
             return
         times, host, dev = self.times, self.host_ms, self.dev_ms
@@ -96,7 +102,8 @@ class StepSeries:
         # all three arrays grow together, or not at all
         times.extend(new_times)
         host.extend(ms)
-        dev.extend([NAN] * len(deltas))
+        if dev is not None:
+            dev.extend([NAN] * len(deltas))
         if self._pending_windows:
             pending, self._pending_windows = self._pending_windows, []
             for w in pending:
@@ -107,7 +114,7 @@ class StepSeries:
             return
         if not isinstance(ms, (int, float)) or ms != ms or ms < 0 or ms == float("inf"):
             return
-        n = len(self.dev_ms)
+        n = len(self.host_ms)
         if i1 >= n:
             # The window reached us before its boundaries (they travel by
             # another path): apply it when they arrive.
@@ -117,6 +124,8 @@ class StepSeries:
         # Split the window's device time in proportion to the host intervals:
         # a fast step next to a slow one (a compile) keeps its own share.
         # Without usable host intervals, split it evenly.
+        if self.dev_ms is None:
+            self.dev_ms = array("f", [NAN]) * n
         host = [self.host_ms[k] for k in range(i0 + 1, i1 + 1)]
         total = sum(h for h in host if h == h and h > 0)
         if total > 0 and all(h == h and h > 0 for h in host):
@@ -132,19 +141,39 @@ class StepSeries:
         self._sorted_cache = None
 
     def interval_ms(self, k: int) -> float:
-        d = self.dev_ms[k]
-        return d if d == d else self.host_ms[k]
+        dev = self.dev_ms
+        if dev is not None:
+            d = dev[k]
+            if d == d:
+                return d
+        return self.host_ms[k]
 
     def intervals(self, start: int = 0) -> list[float]:
         """Effective intervals (device-timed where known), NaNs dropped."""
-        out = []
-        dev, host = self.dev_ms, self.host_ms
-        for k in range(max(1, start), len(host)):
-            d = dev[k]
-            v = d if d == d else host[k]
-            if v == v:
-                out.append(v)
-        return out
+        a = max(1, start)
+        if self.dev_ms is None:
+            return [h for h in self.host_ms[a:] if h == h]
+        vals = [d if d == d else h for d, h in zip(self.dev_ms[a:], self.host_ms[a:], strict=True)]
+        return [v for v in vals if v == v]
+
+    def p50_estimate(self, sample: int = 100_000) -> float | None:
+        """The median interval; from an even sample of them when there are
+        very many (the findings need a threshold, not the exact median)."""
+        n = len(self.host_ms) - 1
+        if n <= sample:
+            return self.stats().p50_ms if n > 0 else None
+        key = (len(self.times) // 1000, self.device_windows // 100)
+        if self._p50_cache is not None and self._p50_cache[0] == key:
+            return self._p50_cache[1]
+        stride = n // sample
+        if self.dev_ms is None:
+            vals = sorted(h for h in self.host_ms[1::stride] if h == h)
+        else:
+            vals = sorted(v for v in (d if d == d else h for d, h in
+                                      zip(self.dev_ms[1::stride], self.host_ms[1::stride], strict=True)) if v == v)
+        p50 = percentile(vals, 0.5)
+        self._p50_cache = (key, p50)
+        return p50
 
     def intervals_above(self, threshold: float) -> list[tuple[int, float]]:
         """(index, ms) of every interval longer than threshold.
@@ -162,11 +191,14 @@ class StepSeries:
             self._above = [kv for kv in self._above if kv[0] < start]
         floor = self._above_floor
         dev, host = self.dev_ms, self.host_ms
-        self._above.extend(
-            (k, d if d == d else h)
-            for k, d, h in zip(range(start, n), dev[start:n], host[start:n], strict=True)
-            if (d if d == d else h) > floor
-        )
+        if dev is None:
+            self._above.extend((k, h) for k, h in zip(range(start, n), host[start:n], strict=True) if h > floor)
+        else:
+            self._above.extend(
+                (k, d if d == d else h)
+                for k, d, h in zip(range(start, n), dev[start:n], host[start:n], strict=True)
+                if (d if d == d else h) > floor
+            )
         self._above_next = n
         self._retimed_from = n
         return [kv for kv in self._above if kv[1] > threshold]

@@ -118,16 +118,18 @@ def rule_spikes(s: Session) -> list[Finding]:
     series = s.steps.current
     if series is None or len(series) < 5:
         return []
-    st = series.stats()
-    p50 = st.p50_ms
+    p50 = series.p50_estimate()
     if not p50:
         return []
     threshold = max(SPIKE_FACTOR * p50, p50 + SPIKE_MIN_MS)
     compiles = list(s.compile.compiles)
-    marked = series.compile_marked([c.span for c in compiles])
     spikes = series.intervals_above(threshold)
     if not spikes:
         return []
+    spans_sorted = sorted(c.span for c in compiles)
+    ends_max = list(accumulate((b for _, b in spans_sorted), max))
+    times = series.times
+    marked = {k for k, _ in spikes if _overlaps(spans_sorted, ends_max, times[k - 1], times[k])}
     by_compile = [(k, v) for k, v in spikes if k in marked]
     other = [(k, v) for k, v in spikes if k not in marked]
     out = []
@@ -260,7 +262,7 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
     mean = sum(utils) / len(utils)
     if mean >= IDLE_UTIL:
         return []
-    st = series.stats()
+    st = series.stats(window=10_000)
     return [Finding(
         id="gpu-idle", rule="gpu-idle", severity="warning",
         title=f"The GPU was mostly idle while steps ran (utilisation {mean:.0f}% on average)",
