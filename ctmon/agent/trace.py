@@ -278,6 +278,30 @@ def parse_reasons(payload: str | None) -> list[str]:
     return [protocol.clip(s, 4000) or ""]
 
 
+_CACHE_FIELDS = ("key", "cache_status_detailed", "cache_bypass_reason", "reason", "time_saved_ms", "time_saved_ns")
+_JSON_VALUE = r'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|null|true|false)'
+_CACHE_FIELD_RE = {k: re.compile('"' + k + '"' + _JSON_VALUE) for k in _CACHE_FIELDS}
+
+
+def cache_fields(payload: str) -> dict[str, Any]:
+    """The few fields ctmon keeps from a cache artifact's JSON payload.
+
+    The payload also lists every component of the cache key (the whole
+    graph's code, often hundreds of KB); parsing all of it on every compile
+    would cost the compiling job CPU for nothing, so the wanted top-level
+    values are picked out by pattern and each one is parsed on its own."""
+    out: dict[str, Any] = {}
+    for k, rx in _CACHE_FIELD_RE.items():
+        m = rx.search(payload)
+        if m is None:
+            continue
+        try:
+            out[k] = json.loads(m.group(1))
+        except ValueError:
+            continue
+    return out
+
+
 class TraceConverter:
     """Sender-thread side: raw trace records -> protocol events."""
 
@@ -380,14 +404,7 @@ class TraceConverter:
     def _cache(self, name: str, payload: Any, base: dict[str, Any]) -> protocol.Event:
         cache, result = CACHE_ARTIFACTS[name]
         ev: protocol.Event = {"kind": protocol.CACHE, **base, "cache": cache, "result": result}
-        info: dict[str, Any] = {}
-        if isinstance(payload, str):
-            try:
-                val = json.loads(payload)
-                if isinstance(val, dict):
-                    info = val
-            except ValueError:
-                pass
+        info = cache_fields(payload) if isinstance(payload, str) else {}
         if info.get("key"):
             ev["key"] = str(info["key"])[:80]
         reason = info.get("cache_bypass_reason") or info.get("reason")
