@@ -8,6 +8,7 @@ counted, never fatal.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -82,6 +83,12 @@ def open_recording(path: str) -> BinaryIO:
         raise RecordingError(f"no such recording: {path}")
     if os.path.isdir(path):
         raise RecordingError(f"{path} is a directory, not a recording")
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+    if not regular:  # a FIFO or device would block or never end
+        raise RecordingError(f"{path} is not a regular file, not a recording")
     try:
         f = open(path, "rb")
     except PermissionError:

@@ -7,7 +7,7 @@ recording keeps every step up to the crash, and the hot path is two integer
 stores -- no syscall, no lock, no allocation.
 
 Layout (little-endian int64 words): ``[magic, version, capacity, write_index,
-reserved x4, slot_0 .. slot_{capacity-1}]``. A slot holds a
+source + 1, index of the source's switch slot, reserved x2, slot_0 .. slot_{capacity-1}]``. A slot holds a
 ``time.perf_counter_ns()`` value (CLOCK_MONOTONIC, the same clock in every
 process on the machine) or, when negative, a source switch ``-(rank + 1)``.
 The writer stores the slot, then the new write index; the reader reads the
@@ -28,6 +28,9 @@ MAGIC = 0x43544D4F4E524E47  # "CTMONRNG"
 VERSION = 1
 HEADER_WORDS = 8
 W_MAGIC, W_VERSION, W_CAPACITY, W_INDEX = 0, 1, 2, 3
+# The current step source (rank + 1; 0 before any) and the ring index of its
+# switch slot: lets the reader recover the source when that slot was lost.
+W_SOURCE, W_SOURCE_AT = 4, 5
 DEFAULT_CAPACITY = 1 << 20  # 8 MiB; ~10 s of 100k steps/s if the reader stalls
 
 
@@ -99,12 +102,21 @@ class StepRing:
 
 
 class RingReader:
-    """Supervisor side: new slots since the last read, and how many were lost."""
+    """Supervisor side: new slots since the last read, and how many were lost.
+
+    After ``read``, ``start`` is the ring index of the first value returned."""
 
     def __init__(self, ring: StepRing) -> None:
         self.ring = ring
         self.read_index = 0
         self.lost = 0
+        self.start = 0
+
+    def source(self) -> tuple[int, int] | None:
+        """(rank, ring index of its switch slot) of the current source, if any."""
+        hdr = self.ring.header
+        rank, at = hdr[W_SOURCE] - 1, hdr[W_SOURCE_AT]
+        return (rank, at) if rank >= 0 else None
 
     def read(self) -> tuple[list[int], int]:
         """Returns (values, lost_before_values)."""
@@ -132,6 +144,7 @@ class RingReader:
             values = values[overwritten:]
             lost += overwritten
             self.lost += overwritten
+        self.start = w - len(values)
         self.read_index = w
         return values, lost
 
@@ -161,11 +174,21 @@ class StepDecoder:
         self.next_idx = 0
         self.prev_ns: int | None = None
 
-    def decode(self, values: list[int], lost: int, now_wall: float, now_ns: int) -> list[dict[str, Any]]:
+    def decode(self, values: list[int], lost: int, now_wall: float, now_ns: int,
+               start: int | None = None, source: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        """``start``: ring index of values[0]; ``source``: the ring header's
+        (rank, switch index), used when boundaries were lost before it."""
         events: list[dict[str, Any]] = []
         if lost:
-            self.next_idx += lost
             self.prev_ns = None
+            if source is not None and start is not None and start - lost <= source[1] < start:
+                # the switch slot itself was lost: the header says which source
+                # it was, and how many of its boundaries came before `start`
+                rank = source[0]
+                self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
+                self.next_idx = start - source[1] - 1
+            else:
+                self.next_idx += lost
         batch: list[int] = []
         first_ns = 0
         i0 = self.next_idx

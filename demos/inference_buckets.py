@@ -36,7 +36,16 @@ from __future__ import annotations
 import time
 
 import torch
-from _common import add_common_args, add_mode_arg, compile_kwargs, ctmon_step, describe, finish_common_args, fmt_s, parser
+from _common import (
+    add_common_args,
+    add_mode_arg,
+    compile_kwargs,
+    ctmon_step,
+    describe,
+    finish_common_args,
+    fmt_s,
+    parser,
+)
 from _tinygpt import GPT, SyntheticText, autocast, model_config, resolve_device
 
 step_mark = ctmon_step()  # one ctmon step per served request

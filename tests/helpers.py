@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,14 @@ class Run:
             if line.startswith("SELF_TIMING "):
                 return json.loads(line[len("SELF_TIMING ") :])
         raise AssertionError("workload printed no SELF_TIMING line:\n" + self.proc.stdout[-2000:])
+
+
+def short_tmux_dir(preferred: str) -> str:
+    """A TMUX_TMPDIR whose server socket path fits a Unix socket address
+    (108 bytes): pytest's tmp_path can be too deep for it."""
+    if len(preferred) <= 60:
+        return preferred
+    return tempfile.mkdtemp(prefix="ctx-", dir="/tmp" if os.path.isdir("/tmp") else None)
 
 
 def env_with(**extra: str) -> dict[str, str]:

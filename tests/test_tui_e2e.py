@@ -15,8 +15,8 @@ import time
 import uuid
 
 import pytest
+from helpers import ROOT, short_tmux_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "tui_slow_recompiles.py")
 PROMPT = "E2E-READY$ "
 
@@ -34,7 +34,8 @@ def _break_line() -> int:
 class Tmux:
     def __init__(self, tmpdir: str) -> None:
         self.socket = f"ctmon-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.env = dict(os.environ, TMUX_TMPDIR=tmpdir)
+        self.dir = short_tmux_dir(tmpdir)
+        self.env = dict(os.environ, TMUX_TMPDIR=self.dir)
         self.env.pop("TMUX", None)
 
     def __call__(self, *args: str) -> str:
@@ -58,6 +59,8 @@ class Tmux:
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+        if self.dir.startswith("/tmp/ctx-"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _events(path: str) -> list[dict]:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from ctmon import protocol
 from ctmon.agent.channel import Channel
-from ctmon.ring import W_INDEX, StepRing
+from ctmon.ring import W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 _NAMES = protocol.STEP_SOURCES
@@ -151,6 +151,8 @@ class StepClock:
         self.count = 0
         w = self._w
         self._slots[w & self._mask] = -(rank + 1)
+        self._hdr[W_SOURCE] = rank + 1  # survives the slot being overwritten
+        self._hdr[W_SOURCE_AT] = w
         self._w = w + 1
         self._hdr[W_INDEX] = w + 1
         if self.timer is not None:

@@ -14,7 +14,7 @@ import sys
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.cli.record import run_headless
-from ctmon.launch.spec import check_writable
+from ctmon.launch.spec import check_not_target, check_writable
 
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="keep the recording in FILE", metavar="FILE"),
@@ -49,6 +49,7 @@ def run_tui(spec, output: str | None) -> int:  # type: ignore[no-untyped-def]
 
     if output:
         check_writable(output)
+        check_not_target(output, spec)
     cols, rows = shutil.get_terminal_size((120, 40))
     try:
         d = start_detached(spec, output, pty_size=(max(rows, 24), max(cols, 80)))
@@ -59,10 +60,11 @@ def run_tui(spec, output: str | None) -> int:  # type: ignore[no-untyped-def]
     except FeedError as e:
         raise CliError(f"attach: the job started (recording {d.recording}) but its monitor is unreachable: {e}") from None
 
+    from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
     app = CtmonApp(feed, launched=True, recording=d.recording, title=" ".join(spec.display()))
-    result = app.run()
+    result = run_app(app)
     feed.close()
     return report_after(result, d.recording)
 

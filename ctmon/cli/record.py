@@ -9,7 +9,7 @@ import sys
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
 from ctmon.launch.spec import UsageError, check_not_target, check_writable
-from ctmon.launch.supervisor import Supervisor, SupervisorOptions, exit_like, parse_listen
+from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions, exit_like, parse_listen
 from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
@@ -67,7 +67,10 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
         if listen:
             sup.on_listening = lambda addr, token: _say(
                 f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token {token}")
-        info = sup.run()
+        try:
+            info = sup.run()
+        except SupervisorError as e:
+            raise UsageError(str(e)) from None
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
     report = build_report(sup.session)

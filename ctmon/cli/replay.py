@@ -33,12 +33,30 @@ def main(argv: list[str]) -> int:
     path = files[0]
     from ctmon.feeds import RecordingFeed
 
+    _check_has_events(path)
     feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         feed.close()
         raise CliError(f"replay: needs a terminal (for text: ctmon report {path})")
+    from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
     app = CtmonApp(feed, replay=True, title=os.path.basename(path))
-    app.run()
+    run_app(app)
     return 0
+
+
+def _check_has_events(path: str) -> None:
+    """Refuse, as `report` does, a file in which no line is an event."""
+    from ctmon import protocol
+    from ctmon.reader import RecordingError, open_recording
+
+    with open_recording(path) as f:
+        splitter = protocol.LineSplitter()
+        while chunk := f.read(1 << 16):
+            events, _ = protocol.decode_lines(splitter.feed(chunk))
+            if events:
+                return
+        if protocol.decode(splitter.pending) is not None:
+            return
+    raise RecordingError(f"{path} is not a ctmon recording (no events in it)")

@@ -131,8 +131,8 @@ def _watch_tcp(addr: str, token: str | None) -> int:
 
     try:
         host, port = parse_listen(addr)
-    except ValueError as e:
-        raise CliError(f"watch: {e}") from None
+    except ValueError:
+        raise CliError(f"watch: bad --connect '{addr}': expected [HOST:]PORT") from None
     token = token or os.environ.get("CTMON_TOKEN")
     if not token:
         if not _interactive():
@@ -150,10 +150,11 @@ def _watch_tcp(addr: str, token: str | None) -> int:
 def _run(feed, recording: str, title: str, pid: object) -> int:  # type: ignore[no-untyped-def]
     if not _interactive():
         raise CliError("watch: needs a terminal (run it with ssh -t when remote)")
+    from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
     app = CtmonApp(feed, launched=False, recording=recording or None, title=title)
-    result = app.run()
+    result = run_app(app)
     feed.close()
     exit_info = getattr(result, "exit", None)
     if exit_info is None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from ctmon.launch import runtime
 from ctmon.launch.spec import JobSpec
-from ctmon.launch.supervisor import Supervisor, SupervisorOptions
+from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
 
 _CTMON_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT_S = 20.0
@@ -100,6 +100,9 @@ def main() -> None:
     )
     try:
         Supervisor(spec, opts).run()
+    except SupervisorError as e:
+        sys.stderr.write(f"{e}\n")  # the viewer shows this last line as the error
+        raise SystemExit(2) from None
     finally:
         # The recording and output log live elsewhere; the sockets are gone.
         shutil.rmtree(cfg["session_dir"], ignore_errors=True)

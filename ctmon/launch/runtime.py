@@ -46,7 +46,12 @@ def runtime_dir() -> str:
 def state_dir() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     path = os.path.join(base, "ctmon", "runs")
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise RuntimeDirError(f"cannot create {path} for recordings: {e.strerror or e} (give one with -o FILE)") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RuntimeDirError(f"cannot write recordings to {path} (give one with -o FILE)")
     return path
 
 

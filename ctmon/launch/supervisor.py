@@ -70,6 +70,10 @@ class SupervisorOptions:
     listen: str | None = None  # "[HOST:]PORT": also serve viewers over TCP (token required)
 
 
+class SupervisorError(Exception):
+    """The supervisor could not start (one line for the user); the job was not started."""
+
+
 class _Stream:
     def __init__(self, name: str, fd: int, passthrough_fd: int | None) -> None:
         self.name = name
@@ -216,14 +220,19 @@ class Supervisor:
     # ------------------------------------------------------------------- run
 
     def run(self) -> ExitInfo:
+        if self.opts.listen:
+            # before anything else: a busy port must not cost the user an
+            # existing recording, nor start the job
+            try:
+                self._listen_tcp(self.opts.listen)
+            except (OSError, ValueError) as e:
+                raise SupervisorError(f"cannot listen on {self.opts.listen}: {getattr(e, 'strerror', None) or e}") from None
         self._open_recording()
         self.agent_sock = self._listen(self.agent_path)
         self.viewer_sock = self._listen(self.viewer_path)
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        if self.opts.listen:
-            self._listen_tcp(self.opts.listen)
         start = time.time()
         try:
             self._spawn()  # before our signal handlers: the job inherits the defaults
@@ -450,9 +459,14 @@ class Supervisor:
             if not values and not lost:
                 continue
             now_wall, now_ns = time.time(), time.perf_counter_ns()
-            for ev in r.decoder.decode(values, lost, now_wall, now_ns):
+            for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
                 self._emit(ev)
             if lost:
+                # a lost switch slot is not a lost step
+                src = r.reader.source()
+                start = r.reader.start
+                if src is not None and start - lost <= src[1] < start:
+                    lost -= 1
                 self._steps_lost += lost
                 self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
 
@@ -822,13 +836,20 @@ def _poke(fd: int) -> None:
 
 
 def _same_user(conn: socket.socket) -> bool:
-    """Peer credentials: only this user's processes may connect."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _, uid, _ = struct.unpack("3i", creds)
-        return uid == os.getuid()
-    except (OSError, AttributeError):
+    """Peer credentials: only this user's processes may connect.
+
+    Where the platform has no SO_PEERCRED the socket's 0600 mode inside a
+    0700 directory is the guard; where it has one but the query fails, the
+    peer is refused (fail closed)."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:
         return True
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
+    except OSError:
+        return False
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
 
 
 def parse_listen(spec: str) -> tuple[str, int]:
