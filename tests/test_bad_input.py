@@ -50,15 +50,34 @@ def shared_dir():  # type: ignore[no-untyped-def]
     shutil.rmtree(d, ignore_errors=True)
 
 
-def as_nobody(*args: str, env: dict[str, str] | None = None, cwd: str = "/") -> subprocess.CompletedProcess[str]:
+def _nobody_cmd() -> list[str]:
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY]
+
+
+_NOBODY_HAS_TORCH: list[bool] = []
+
+
+def as_nobody(*args: str, env: dict[str, str] | None = None, cwd: str = "/",
+              needs_torch: bool = False) -> subprocess.CompletedProcess[str]:
     if os.getuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("as root, every file is readable and writable: another user (setpriv, as root) is needed")
+    if needs_torch:
+        # The other user runs this same interpreter; if the virtual environment
+        # sits under a private directory (mktemp -d is 0700) it cannot import
+        # torch, and ctmon rightly stops at that check instead of the one under
+        # test. .ci/run opens its directory for this reason.
+        if not _NOBODY_HAS_TORCH:
+            probe = subprocess.run([*_nobody_cmd(), "-c", "import torch, ctmon"], cwd="/",
+                                   capture_output=True, text=True, timeout=120)
+            _NOBODY_HAS_TORCH.append(probe.returncode == 0)
+        if not _NOBODY_HAS_TORCH[0]:
+            pytest.skip(f"user {NOBODY} cannot import torch from {PY}: its environment is not readable by others")
     rt = tempfile.mkdtemp(prefix="ctbad-rt-")
     os.chown(rt, NOBODY, NOBODY)
     e = {**(env or env_with()), "CTMON_RUNTIME_DIR": rt, "XDG_STATE_HOME": "/nonexistent"}
     try:
-        return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY, "-m",
-                               "ctmon", *args], env=e, cwd=cwd, capture_output=True, text=True, timeout=60)
+        return subprocess.run([*_nobody_cmd(), "-m", "ctmon", *args], env=e, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
     finally:
         shutil.rmtree(rt, ignore_errors=True)
 
@@ -191,7 +210,7 @@ def test_output_into_an_unwritable_directory_before_the_job_starts(shared_dir) -
     script, marker = marker_script(shared_dir)
     ro = os.path.join(shared_dir, "ro")
     os.mkdir(ro, 0o755)
-    out = as_nobody("record", "-o", os.path.join(ro, "r.jsonl"), script)
+    out = as_nobody("record", "-o", os.path.join(ro, "r.jsonl"), script, needs_torch=True)
     one_line_error(out, f"ctmon: cannot write the recording to '{os.path.join(ro, 'r.jsonl')}': directory {ro} is not writable")
     assert not os.path.exists(marker)
 

@@ -634,6 +634,46 @@ def test_step_ring_overflow_counts_drops(tmp_path, rt, warmup) -> None:  # type:
         assert f"dropped {drops} step" in run.stderr()
 
 
+def test_event_queue_overflow_counts_drops(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
+    """The supervisor stopped (SIGSTOP) while the job pours 120,000 records
+    into PyTorch's structured trace -- more than the agent's bounded event
+    queue holds: the job never waits for the monitor, the records past the cap
+    are counted as drops (shown in the summary), and every record is either
+    received or counted."""
+    from ctmon.agent.channel import EVENT_QUEUE_MAX
+
+    tmp = str(tmp_path)
+    n = EVENT_QUEUE_MAX + 20_000
+    gate, done = os.path.join(tmp, "gate"), os.path.join(tmp, "done")
+    args = ["--steps", "20", "--trace-records", str(n), "--gate", gate, "--done", done]
+    ref = reference(args, tmp, timeout=300)
+    assert ref.rc == 0 and ref.steps == 20
+    ref_trace_s = job_info(ref.stdout)["trace_s"]  # type: ignore[index]
+    with recording(tmp, args, env_for(rt)) as run:
+        run.wait_stdout("READY", timeout=60)
+        os.kill(run.pid, signal.SIGSTOP)
+        try:
+            open(gate, "w").close()
+            wait_until(lambda: os.path.exists(done), 240, "the job's records (with the supervisor stopped)")
+        finally:
+            os.kill(run.pid, signal.SIGCONT)
+        open(done + ".go", "w").close()
+        rc = run.wait(120)
+        assert rc == ref.rc, run.stderr()
+        events, report = assert_complete(run.rec, 20, ref)
+        received = sum(1 for e in events if e["kind"] == "cache" and e.get("key") == "faults-job")
+        drops = max((e.get("events", 0) for e in events if e["kind"] == "drops"), default=0)
+        info = job_info(stdout_of(events))
+        assert info is not None
+        measure("event queue overflow", plain_rc=ref.rc, ctmon_rc=rc, records_written=n, received=received,
+                drops_events=drops, plain_trace_s=ref_trace_s, ctmon_trace_s=info["trace_s"])
+        assert drops > 0, "nothing was dropped: the queue did not overflow"
+        assert received + drops == n, (received, drops, n)
+        assert received >= EVENT_QUEUE_MAX, received
+        assert report["drops"]["events"] == drops
+        assert f"{drops} other events" in run.stderr()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_signal_to_ctmon_is_forwarded(tmp_path, rt, sig) -> None:  # type: ignore[no-untyped-def]
     """``kill -TERM <ctmon>``: the job gets it and ends by it, and ctmon ends

@@ -30,3 +30,15 @@ def test_warm_restart_hits_fx_and_aot_autograd_caches(tmp_path):
     assert warm_rep["cache"]["fx_graph"]["miss"] == 0
     assert warm_rep["cache"]["time_saved_s"] > 0
     assert warm_rep["compile"]["total_time_s"] < cold_rep["compile"]["total_time_s"]
+
+
+def test_the_first_trace_record_is_not_lost_without_torch_trace(tmp_path):
+    """Without TORCH_TRACE, PyTorch's lazy trace handler detaches itself while
+    handling the process's first structured-trace record, and logging then
+    skips the handler after it for that record. ctmon's handler goes first,
+    so a cache result that happens to be the first record still arrives."""
+    run = record(tmp_path, [workload("faults_job.py"), "--steps", "5", "--trace-records", "1"], torch_trace=False)
+    assert run.proc.returncode == 0, run.proc.stderr
+    cache = [e for e in run.events() if e["kind"] == "cache"]
+    assert [(e["cache"], e["result"], e.get("key")) for e in cache] == [("fx_graph", "miss", "faults-job")]
+    assert run.report()["cache"]["fx_graph"]["miss"] == 1

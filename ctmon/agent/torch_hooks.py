@@ -142,7 +142,16 @@ def install(agent: Agent, torch: Any) -> None:
 
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)
-    trace_log.addHandler(TraceHandler(ch, attribute_module))
+    handler = TraceHandler(ch, attribute_module)
+    trace_log.addHandler(handler)
+    # First in line: without TORCH_TRACE, PyTorch's own LazyTraceHandler
+    # removes itself from the logger while the first record is being handled,
+    # and logging's loop over the handler list then skips the handler after it
+    # for that record.
+    handlers = trace_log.handlers
+    if len(handlers) > 1 and handlers[-1] is handler:
+        handlers.remove(handler)
+        handlers.insert(0, handler)
     if trace_log.level == logging.NOTSET or trace_log.level > logging.DEBUG:
         trace_log.setLevel(logging.DEBUG)
 

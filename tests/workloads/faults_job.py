@@ -18,6 +18,9 @@ options:
   --raw-events N     under ctmon only: also send N events of an unknown kind ("x_soak")
                      straight to the supervisor's agent socket, as a second agent
                      would, interleaved with the steps (a load for the soak test)
+  --trace-records N  after the gate: N structured-trace records of a kind ctmon keeps
+                     (an FX graph cache miss), through PyTorch's own trace_structured
+                     (imports torch); without ctmon nobody listens and they cost ~nothing
   --warmup W         W more steps before the gate (counted in the total)
   --gate PATH        before the steps: print READY and wait until PATH exists
                      (nothing is printed while the steps run, so a stopped
@@ -103,6 +106,22 @@ class _RawEvents:
             self.sock.close()
 
 
+def _trace_records(n: int) -> float:
+    """Emit n records into PyTorch's structured trace, as a compile storm's
+    cache lookups would; returns the seconds it took."""
+    from torch._logging import trace_structured
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": "fx_graph_cache_miss", "encoding": "json"},
+            payload_fn=lambda: '{"key": "faults-job", "cache_state": "miss"}',
+            expect_trace_id=False,
+        )
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     steps = int(_arg("--steps", "200") or 200)
     step_s = float(_arg("--step-ms", "0") or 0) / 1000.0
@@ -133,6 +152,9 @@ def main() -> None:
         print("READY", flush=True)
         _wait_for(gate)
 
+    n_trace = int(_arg("--trace-records", "0") or 0)
+    trace_s = _trace_records(n_trace) if n_trace else 0.0
+
     raw = _RawEvents(int(_arg("--raw-events", "0") or 0), steps)
     filler = "x" * max(0, pad - 16)
     t0 = prev = time.perf_counter()
@@ -158,7 +180,7 @@ def main() -> None:
         _wait_for(done + ".go")
 
     print("FAULTS_JOB " + json.dumps({"steps": warmup + steps, "loop_s": round(loop_s, 4), "max_gap_s": round(max_gap, 4),
-                                     "raw_events": raw.sent}),
+                                     "raw_events": raw.sent, "trace_records": n_trace, "trace_s": round(trace_s, 3)}),
           flush=True)
     if end == "exception":
         raise RuntimeError(f"simulated failure after {steps} steps")
