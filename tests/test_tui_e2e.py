@@ -47,6 +47,10 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "e2e")
 
+    def joined(self) -> str:
+        """The screen with wrapped lines joined (long paths wrap at the pane's width)."""
+        return self("capture-pane", "-p", "-J", "-t", "e2e")
+
     def wait_for(self, predicate, timeout: float, what: str) -> str:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
         text = ""
@@ -145,7 +149,9 @@ def test_attach_live_then_q_stops_the_job(tmp_path) -> None:  # type: ignore[no-
         assert "╭─ Steps" not in final and "─ Compilation" not in final
         assert tm("display-message", "-p", "-t", "e2e", "#{alternate_on}").strip() == "0"
         assert tm("display-message", "-p", "-t", "e2e", "#{mouse_any_flag}").strip() == "0"
-        assert f"ctmon: recording: {rec}" in final
+        # the path as the shell's directory (ROOT) reaches it, relative when shorter
+        shown = [ln.split()[2] for ln in tm.joined().splitlines() if ln.startswith("ctmon: recording: ")]
+        assert [os.path.normpath(os.path.join(ROOT, p)) for p in shown] == [rec], final
         exits = [e for e in _events(rec) if e["kind"] == "exit"]
         assert exits and exits[0]["signal"] == "SIGTERM"
         deadline = time.monotonic() + 10
