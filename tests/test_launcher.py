@@ -111,3 +111,32 @@ def test_dataloader_workers_are_not_sessions(tmp_path, ctx):
     assert_matches_torch_trace(rep, run.trace())
     starts = [e["compile_id"] for e in events if e["kind"] == "compile_start"]
     assert len(starts) == len(set(starts))
+
+
+def test_a_session_socket_appears_only_once_it_listens(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`ctmon attach` connects as soon as the viewer socket's file exists; the
+    file must therefore not exist before listen() (a connect in that gap is
+    refused: seen once in CI as "monitor is unreachable")."""
+    import socket
+
+    from ctmon.launch.supervisor import Supervisor
+
+    path = os.path.join(str(tmp_path), "viewer.sock")
+    seen_at_listen: list[bool] = []
+    real_listen = socket.socket.listen
+
+    def listen(self, *a):  # type: ignore[no-untyped-def]
+        seen_at_listen.append(os.path.exists(path))
+        return real_listen(self, *a)
+
+    monkeypatch.setattr(socket.socket, "listen", listen)
+    s = Supervisor._listen(None, path)  # type: ignore[arg-type]
+    try:
+        assert seen_at_listen == [False]
+        assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)
+        assert sorted(os.listdir(str(tmp_path))) == ["viewer.sock"]
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        c.close()
+    finally:
+        s.close()

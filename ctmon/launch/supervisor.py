@@ -148,14 +148,22 @@ class Supervisor:
     # ------------------------------------------------------------------ setup
 
     def _listen(self, path: str) -> socket.socket:
+        # The file appears at bind(), but connect() is refused until listen():
+        # clients take the file's existence as "ready" (start_detached), so
+        # bind a temporary name and rename it into place once listening. The
+        # temporary name is as long as the final one, so it fits wherever
+        # that does (a socket path is limited to 107 bytes).
+        head, tail = os.path.split(path)
+        tmp = os.path.join(head, "~" + tail[1:])
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # socket file 0600 from the start
         try:
-            s.bind(path)
+            s.bind(tmp)
         finally:
             os.umask(old)
         s.listen(16)
         s.setblocking(False)
+        os.replace(tmp, path)
         return s
 
     def _open_recording(self) -> None:
