@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctmon import protocol
+from ctmon.store.values import finite, nonempty
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
@@ -196,12 +197,12 @@ class CompileState:
 
     def _new_frame(self, fid: Any, start: protocol.Event | None, metrics: protocol.Event | None = None) -> Frame:
         src = start or {}
-        code = Location(_path(src.get("file")), _line(src.get("line")), _path(src.get("name")))
+        code = Location(nonempty(src.get("file")), _line(src.get("line")), nonempty(src.get("name")))
         if metrics is not None and not code.file:
-            code = Location(_path(metrics.get("co_filename")), _line(metrics.get("co_firstlineno")),
-                            _path(metrics.get("co_name")))
+            code = Location(nonempty(metrics.get("co_filename")), _line(metrics.get("co_firstlineno")),
+                            nonempty(metrics.get("co_name")))
         module = src.get("module") if isinstance(src.get("module"), str) else None
-        mfile, mline = _path(src.get("module_file")), _line(src.get("module_line"))
+        mfile, mline = nonempty(src.get("module_file")), _line(src.get("module_line"))
         loc = Location(code.file, code.line, display_name(code.name))
         if start is None or src.get("user_code", True):
             if module and mfile == code.file and mline == code.line:
@@ -211,7 +212,7 @@ class CompileState:
             loc = Location(mfile, mline, f"{module}.forward")
         elif isinstance(src.get("user"), dict):
             u = src["user"]
-            loc = Location(_path(u.get("file")), _line(u.get("line")), module or code.name)
+            loc = Location(nonempty(u.get("file")), _line(u.get("line")), module or code.name)
         return Frame(frame_id=fid, loc=loc, code=code, module=module)
 
     def on_reasons(self, ev: protocol.Event) -> None:
@@ -228,18 +229,18 @@ class CompileState:
         frame = self.frames.get(fid)
         if frame is None:
             frame = self.frames[fid] = self._new_frame(fid, start, ev)
-        elif not frame.code.name and _path(ev.get("co_name")):
-            frame.code = Location(_path(ev.get("co_filename")), _line(ev.get("co_firstlineno")), _path(ev.get("co_name")))
-        t = _num(ev.get("t")) or 0.0
-        time_s = max(0.0, _num(ev.get("entire_frame_compile_time_s")) or 0.0)
+        elif not frame.code.name and nonempty(ev.get("co_name")):
+            frame.code = Location(nonempty(ev.get("co_filename")), _line(ev.get("co_firstlineno")), nonempty(ev.get("co_name")))
+        t = finite(ev.get("t")) or 0.0
+        time_s = max(0.0, finite(ev.get("entire_frame_compile_time_s")) or 0.0)
         rec = CompileRecord(
             compile_id=cid,
             frame_id=fid,
             t=t,
-            start_t=_num(ev.get("start_time")) or (_num(start.get("t")) if start else None),
+            start_t=finite(ev.get("start_time")) or (finite(start.get("t")) if start else None),
             time_s=time_s,
-            backend_s=_num(ev.get("backend_compile_time_s")),
-            inductor_s=_num(ev.get("inductor_compile_time_s")),
+            backend_s=finite(ev.get("backend_compile_time_s")),
+            inductor_s=finite(ev.get("inductor_compile_time_s")),
             recompile_reason=_str(ev.get("recompile_reason")),
             guard_failures=self._reasons.pop(cid, []),
             fail_type=_str(ev.get("fail_type")),
@@ -280,19 +281,19 @@ class CompileState:
 
     def on_bwd(self, ev: protocol.Event) -> None:
         self.bwd_compiles += 1
-        dur = _num(ev.get("duration_us"))
-        secs = dur / 1e6 if dur is not None else (_num(ev.get("inductor_compile_time_s")) or 0.0)
+        dur = finite(ev.get("duration_us"))
+        secs = dur / 1e6 if dur is not None else (finite(ev.get("inductor_compile_time_s")) or 0.0)
         self.bwd_time_s += max(0.0, secs)
         skip = _str(ev.get("cudagraph_skip_reason"))
         if skip:
             self.cudagraph_skips[skip[:300]] += 1
 
     def on_graph_break(self, ev: protocol.Event) -> BreakSite:
-        file, line = _path(ev.get("file")), _line(ev.get("line"))
+        file, line = nonempty(ev.get("file")), _line(ev.get("line"))
         summary = _str(ev.get("summary")) or _str(ev.get("reason")) or "graph break"
         key = (file, line)
         site = self.breaks.get(key)
-        t = _num(ev.get("t")) or 0.0
+        t = finite(ev.get("t")) or 0.0
         if site is None:
             site = self.breaks[key] = BreakSite(file=file, line=line, reason=summary, first_t=t)
         site.count += 1
@@ -329,7 +330,7 @@ class CompileState:
             self.guard_misses[cache] = self.guard_misses.get(cache, 0) + 1
         if result == "bypass" and ev.get("reason"):
             self.bypass_reasons[f"{cache}: {str(ev['reason'])[:300]}"] += 1
-        saved = _num(ev.get("time_saved_s"))
+        saved = finite(ev.get("time_saved_s"))
         if saved and saved > 0 and result == "hit" and cache == "aot_autograd":
             self.time_saved_s += saved
 
@@ -356,18 +357,6 @@ class CompileState:
         return sorted(self.breaks.values(), key=lambda b: (-b.count, str(b.file or ""), b.line or 0))
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if f == f and abs(f) != float("inf") else None
-
-
-def _path(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None
 
 
 def _line(v: Any) -> int | None:

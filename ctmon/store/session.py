@@ -20,6 +20,7 @@ from ctmon import protocol
 from ctmon.store.compiles import CompileState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.steps import StepClock
+from ctmon.store.values import finite, nonempty
 
 _INF = float("inf")
 LOG_MAX = 5000
@@ -133,7 +134,7 @@ class Session:
         try:
             t = ev.get("t")
             if type(t) is not float or t != t or t == _INF:  # decode() already gives finite floats
-                t = _finite(t)
+                t = finite(t)
             if t is not None and t > 0:
                 if self.first_t is None or t < self.first_t:
                     self.first_t = t
@@ -149,20 +150,20 @@ class Session:
         return self
 
     def _log(self, t: Any, kind: str, text: str, severity: str = "info", ref: Any = None) -> None:
-        self.log.append(LogEntry(_finite(t) or 0.0, kind, text, severity, ref))
+        self.log.append(LogEntry(finite(t) or 0.0, kind, text, severity, ref))
         self.log_counts[kind] += 1
         self.rev["log"] += 1
 
     def _on_session(self, ev: protocol.Event) -> None:
         m = self.meta
-        m.session_id = _s(ev.get("id")) or m.session_id
+        m.session_id = nonempty(ev.get("id")) or m.session_id
         cmd = ev.get("command")
         if isinstance(cmd, list):
             m.command = [str(c) for c in cmd]
-        m.cwd = _s(ev.get("cwd")) or m.cwd
-        m.host = _s(ev.get("host")) or m.host
-        m.mode = _s(ev.get("mode")) or m.mode
-        m.ctmon_version = _s(ev.get("ctmon")) or m.ctmon_version
+        m.cwd = nonempty(ev.get("cwd")) or m.cwd
+        m.host = nonempty(ev.get("host")) or m.host
+        m.mode = nonempty(ev.get("mode")) or m.mode
+        m.ctmon_version = nonempty(ev.get("ctmon")) or m.ctmon_version
         v = ev.get("v")
         if isinstance(v, int):
             m.protocol_version = v
@@ -171,23 +172,23 @@ class Session:
             m.supervisor_pid = ev["pid"]
         if isinstance(ev.get("job_pid"), int):
             m.pid = ev["job_pid"]
-        m.recording = _s(ev.get("recording")) or m.recording
-        if _finite(ev.get("t")):
-            m.start_t = _finite(ev.get("t"))
+        m.recording = nonempty(ev.get("recording")) or m.recording
+        if finite(ev.get("t")):
+            m.start_t = finite(ev.get("t"))
         self.rev["meta"] += 1
 
     def _on_process(self, ev: protocol.Event) -> None:
         if isinstance(ev.get("pid"), int):
             self.meta.pid = ev["pid"]
-        self.meta.python = _s(ev.get("python")) or self.meta.python
+        self.meta.python = nonempty(ev.get("python")) or self.meta.python
         self.rev["meta"] += 1
 
     def _on_torch(self, ev: protocol.Event) -> None:
         m = self.meta
-        m.torch = _s(ev.get("torch")) or m.torch
-        m.cuda = _s(ev.get("cuda")) or m.cuda
-        m.triton = _s(ev.get("triton")) or m.triton
-        m.cache_dir = _s(ev.get("cache_dir")) or m.cache_dir
+        m.torch = nonempty(ev.get("torch")) or m.torch
+        m.cuda = nonempty(ev.get("cuda")) or m.cuda
+        m.triton = nonempty(ev.get("triton")) or m.triton
+        m.cache_dir = nonempty(ev.get("cache_dir")) or m.cache_dir
         entries = ev.get("cache_entries")
         if isinstance(entries, dict):
             m.cache_entries = {str(k): int(v) for k, v in entries.items() if isinstance(v, int)}
@@ -246,7 +247,7 @@ class Session:
         self.rev["compile"] += 1
 
     def _on_cudagraph(self, ev: protocol.Event) -> None:
-        reason = _s(ev.get("reason")) or _s(ev.get("message")) or "cudagraph event"
+        reason = nonempty(ev.get("reason")) or nonempty(ev.get("message")) or "cudagraph event"
         self.compile.cudagraph_skips[reason[:300]] += 1
         self._log(ev.get("t"), "cudagraph", f"cudagraphs: {reason[:200]}", "warning")
         self.rev["compile"] += 1
@@ -269,14 +270,14 @@ class Session:
     def _on_note(self, ev: protocol.Event) -> None:
         if len(self.notes) < 1000:
             self.notes.append(ev)
-        level = _s(ev.get("level")) or "info"
+        level = nonempty(ev.get("level")) or "info"
         sev = {"error": "warning", "warning": "warning"}.get(level, "info")
-        self._log(ev.get("t"), "note", _first_line(_s(ev.get("message")) or ""), sev)
+        self._log(ev.get("t"), "note", _first_line(nonempty(ev.get("message")) or ""), sev)
 
     def _on_output(self, ev: protocol.Event) -> None:
         data = ev.get("data")
         if isinstance(data, str):
-            self.output.feed(_s(ev.get("stream")) or "stdout", data)
+            self.output.feed(nonempty(ev.get("stream")) or "stdout", data)
             self.rev["output"] += 1
 
     def _on_sample(self, ev: protocol.Event) -> None:
@@ -287,8 +288,8 @@ class Session:
 
     def _on_exit(self, ev: protocol.Event) -> None:
         code = ev.get("code")
-        sig = _s(ev.get("signal"))
-        self.exit = ExitInfo(code if isinstance(code, int) else None, sig, _finite(ev.get("t")) or 0.0)
+        sig = nonempty(ev.get("signal"))
+        self.exit = ExitInfo(code if isinstance(code, int) else None, sig, finite(ev.get("t")) or 0.0)
         before = self.output.total_lines
         self.output.flush_partial()
         if self.output.total_lines != before:
@@ -331,18 +332,6 @@ class Session:
         return self._findings
 
 
-def _finite(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if f == f and abs(f) != float("inf") else None
-
-
-def _s(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None
 
 
 def _first_line(text: str | None, limit: int = 200) -> str:
