@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -166,3 +167,13 @@ def assert_matches_torch_trace(report: dict[str, Any], trace: TraceCounts) -> No
     cache = report["cache"]
     assert cache["fx_graph"] == {"hit": trace.fx_hit, "miss": trace.fx_miss, "bypass": trace.fx_bypass}, (cache, trace)
     assert cache["aot_autograd"] == {"hit": trace.aot_hit, "miss": trace.aot_miss, "bypass": trace.aot_bypass}, (cache, trace)
+
+
+def marker_lines(path: str) -> dict[str, int]:
+    out = {}
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            m = re.search(r"# BREAK:(\w+)", line)
+            if m:
+                out[m.group(1)] = i
+    return out

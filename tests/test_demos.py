@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 
-from helpers import ROOT, assert_matches_torch_trace, env_with, record
+from helpers import ROOT, assert_matches_torch_trace, env_with, marker_lines, record
 
 DEMOS = os.path.join(ROOT, "demos")
 DEMO_FILES = ["gpt_baseline.py", "recompile_storm.py", "graph_breaks.py", "cache_restart.py",
@@ -34,15 +34,6 @@ def run_demo(tmp_path, name: str, *args: str, torch_trace: bool = False):
     assert "summary:" in run.proc.stdout, run.proc.stdout[-2000:]
     return run, rep
 
-
-def marker_lines(path: str) -> dict[str, int]:
-    out = {}
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            m = re.search(r"# BREAK:(\w+)", line)
-            if m:
-                out[m.group(1)] = i
-    return out
 
 
 def only_frame(rep, name: str):

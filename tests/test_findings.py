@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from helpers import ROOT, WORKLOADS, Run, ctmon, record, workload
+from helpers import ROOT, WORKLOADS, Run, ctmon, marker_lines, record, workload
 
 FINDINGS = os.path.join(WORKLOADS, "findings")
 FAKES = os.path.join(ROOT, "tests", "fakes")
@@ -33,15 +33,6 @@ def source(name: str) -> str:
     with open(wl(name)) as f:
         return f.read()
 
-
-def marker_lines(path: str) -> dict[str, int]:
-    out = {}
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            m = re.search(r"# BREAK:(\w+)", line)
-            if m:
-                out[m.group(1)] = i
-    return out
 
 
 def def_line(path: str, name: str) -> int:

@@ -6,19 +6,7 @@ process, and ctmon's counts must equal what PyTorch wrote.
 
 from __future__ import annotations
 
-import re
-
-from helpers import assert_matches_torch_trace, record, workload
-
-
-def marker_lines(path: str) -> dict[str, int]:
-    out = {}
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            m = re.search(r"# BREAK:(\w+)", line)
-            if m:
-                out[m.group(1)] = i
-    return out
+from helpers import assert_matches_torch_trace, marker_lines, record, workload
 
 
 def def_line(path: str, name: str) -> int:
