@@ -628,7 +628,8 @@ class CtmonApp(App[AppResult]):
         # replay): the panels (header, steps, GPU, counters) repaint every
         # cycle; the four long lists, which cost most to draw and would only
         # scroll past, every LISTS_BACKLOG_S. Nothing is skipped for good.
-        lists_due = force or not self._backlog or now - self._last_lists >= LISTS_BACKLOG_S
+        backlog = self.ctx.catching_up = self._backlog
+        lists_due = force or not backlog or now - self._last_lists >= LISTS_BACKLOG_S
         if lists_due:
             self._last_lists = now
         changed = 0

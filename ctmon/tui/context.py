@@ -40,6 +40,7 @@ class ViewContext:
     feed_done: bool = False
     title: str | None = None
     gpu_error: str | None = None  # remembered: only the first sample says it
+    catching_up: bool = False  # a backlog is being folded (a late attach, a replay's load)
 
     @property
     def cwd(self) -> str | None:

@@ -19,11 +19,13 @@ from time import monotonic
 from typing import Any
 
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 from ctmon.store import Session
 from ctmon.tui import fmt
 from ctmon.tui.context import StoreView, ViewContext, put_title
+from ctmon.tui.strips import text_strips
 
 STATS_WINDOW = 1000
 
@@ -46,9 +48,29 @@ class Panel(StoreView, Widget):
         super().__init__(id=id, classes=classes)
         self.ctx = ctx
 
+    _strips: list[Strip] | None = None
+    _strips_size: Any = None
+
     def update_view(self) -> None:
         self.set_title()
+        self._strips = None
         self.refresh()
+
+    def notify_style_update(self) -> None:
+        self._strips = None  # a theme or class change restyles the text
+        super().notify_style_update()
+
+    def render_line(self, y: int) -> Strip:
+        # drawn through ctmon.tui.strips, not Textual's content path: the
+        # panels redraw on every repaint of a running job (see that module)
+        size = self.size
+        if self._strips is None or self._strips_size != size:
+            base = self.visual_style.rich_style
+            self._strips = text_strips(self.render(), size.width, size.height, base, self.app.console)
+            self._strips_size = size
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(size.width, self.visual_style.rich_style)
 
     def set_title(self) -> None:
         pass
@@ -614,28 +636,39 @@ def _below(path: str, cwd: str | None) -> bool:
 
 
 FINDINGS_EVERY_S = 2.0  # live: findings that depend on steps or samples are refreshed this often
+FINDINGS_SHARE = 0.1  # and never more often than keeps the rules under this share of the UI's time
+FINDINGS_BACKLOG_S = 5.0  # while a backlog is folded: the rules would judge a past moment anyway
 
 
-_findings_cache: dict[int, tuple[Any, float, Any, list[Any]]] = {}
+_findings_cache: dict[int, tuple[Any, float, Any, list[Any], float, bool]] = {}
 
 
 def current_findings(ctx: ViewContext, force: bool = False) -> list[Any]:
     """The session's findings, recomputed at most every FINDINGS_EVERY_S
     (a compile storm changes the store many times a second; the rules need
-    not run that often), at once after a replay jump or the job's exit."""
+    not run that often), at once after a replay jump, the job's exit, or the
+    end of a backlog."""
     s = ctx.session
     key = (ctx.gen, s.exit is not None)
     revs = (s.rev["compile"], s.rev["steps"], s.rev["samples"], s.rev["meta"])
     hit = _findings_cache.get(id(ctx))
     now = monotonic()
     if hit is not None and hit[0] == key and not force:
-        _, t, old_revs, found = hit
-        if old_revs == revs or now - t < FINDINGS_EVERY_S:
+        _, t, old_revs, found, cost, in_backlog = hit
+        if old_revs == revs:
+            return found
+        # A store of tens of thousands of compiles (a storm, or a long
+        # history caught up at once) makes one run of the rules take a large
+        # fraction of a second: space the runs by their own cost as well.
+        every = FINDINGS_BACKLOG_S if ctx.catching_up else FINDINGS_EVERY_S
+        caught_up = in_backlog and not ctx.catching_up
+        if not caught_up and now - t < max(every, cost / FINDINGS_SHARE):
             return found
     found = s.findings()
+    cost = monotonic() - now
     if len(_findings_cache) > 8 and id(ctx) not in _findings_cache:
         _findings_cache.clear()
-    _findings_cache[id(ctx)] = (key, now, revs, found)
+    _findings_cache[id(ctx)] = (key, monotonic(), revs, found, cost, ctx.catching_up)
     return found
 
 
@@ -668,9 +701,14 @@ class AlertsPanel(Panel):
         return (*super().update_key(), tuple(f.id for f in live_findings(self.ctx)))
 
     def _items(self, limit: int) -> list[Text]:
+        # only the lines that fit are formatted: a compile storm can raise
+        # hundreds of findings, and formatting them all on every repaint
+        # costs more than the rest of the screen
         ctx = self.ctx
-        out = [finding_text(f, ctx) for f in live_findings(ctx)]
-        out += [alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit)) if e.kind in ("exit", "note", "error")]
+        out = [finding_text(f, ctx) for f in live_findings(ctx)[:limit]]
+        if len(out) < limit:
+            out += [alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit))
+                    if e.kind in ("exit", "note", "error")][: limit - len(out)]
         return out
 
     def set_title(self) -> None:
@@ -679,7 +717,7 @@ class AlertsPanel(Panel):
 
     def render_text(self) -> Text:
         h = self.content_height
-        items = self._items(h)
+        items = self._items(max(1, h))
         if not items:
             return Text("none", style="dim")
         out = Text("\n").join(items[: max(1, h)])
