@@ -13,6 +13,7 @@ cache each time, as a fresh job would have), then ctmon's report gives:
   autotune      Triton kernels ctmon saw compiled/tuned; cudagraph skips
 
 Usage: python benchmarks/modes.py [--demos gpt_baseline,inference_buckets] [--modes ...] [--out DIR]
+                                  [--timeout S] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -33,30 +34,48 @@ DEMO_ARGS = {
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-def run(demo: str, mode: str, out_dir: str, timeout: float) -> dict:
+def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | None = None,
+        device: str = "cuda") -> dict:
     rec = os.path.join(out_dir, f"{demo}_{mode}.jsonl")
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+    if cache_dir:  # kept between runs: a second attempt reuses what a stopped one compiled and tuned
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"{demo}_{mode}")
+    else:
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, os.path.join(ROOT, "demos", f"{demo}.py"),
-           "--device", "cuda", "--mode", mode, *DEMO_ARGS[demo]]
+           "--device", device, "--mode", mode, *DEMO_ARGS[demo]]
     t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    error = None
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"demo": demo, "mode": mode, "error": f"timed out after {timeout:.0f} s"}
+        # SIGTERM, not SIGKILL: ctmon passes it on to the job and closes the
+        # recording, so what the run got through (compiles, tuned kernels) is kept
+        # and no orphaned job goes on using the GPU under the next run
+        p.terminate()
+        try:
+            stdout, stderr = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        error = f"timed out after {timeout:.0f} s"
     wall = time.time() - t0
-    if p.returncode != 0:
-        return {"demo": demo, "mode": mode, "error": p.stderr[-800:]}
+    if error is None and p.returncode != 0:
+        return {"demo": demo, "mode": mode, "error": stderr[-800:]}
+    if not os.path.exists(rec):
+        return {"demo": demo, "mode": mode, "error": error or "no recording"}
     rep = json.loads(subprocess.run([sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True,
                                     text=True, env=env).stdout)
-    first_compile = first_boundary = None
+    first_compile = first_boundary = last_t = None
     source = rep["steps"].get("source")
     peak = 0
     with open(rec) as f:
         for line in f:
             ev = json.loads(line)
             k = ev["kind"]
+            last_t = ev.get("t", last_t)
             if k == "compile_start" and first_compile is None:
                 first_compile = ev["t"]
             elif k == "steps" and first_boundary is None and ev.get("src") == source:
@@ -68,11 +87,11 @@ def run(demo: str, mode: str, out_dir: str, timeout: float) -> dict:
                     if isinstance(g.get("proc_mem"), int):
                         peak = max(peak, g["proc_mem"])
     own_first = None
-    for line in p.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("summary:") and "first step" in line:
             own_first = line.split("first step", 1)[1].split("(")[0].strip()
     st = rep["steps"]
-    return {
+    row = {
         "demo": demo,
         "mode": mode,
         "wall_s": round(wall, 1),
@@ -89,6 +108,11 @@ def run(demo: str, mode: str, out_dir: str, timeout: float) -> dict:
         "cudagraph_skips": rep["cudagraphs"]["skips"],
         "findings": [(f["severity"], f["title"]) for f in rep.get("findings", []) if f["severity"] != "info"],
     }
+    if error:  # a stopped run: its figures are how far it got
+        row["error"] = error
+        row["first_step_s"] = None
+        row["compiling_for_s"] = round(last_t - first_compile, 1) if first_compile and last_t else None
+    return row
 
 
 def main() -> None:
@@ -96,14 +120,17 @@ def main() -> None:
     ap.add_argument("--demos", default="gpt_baseline,inference_buckets")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", default=None)
-    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--device", default="cuda", help="cuda (the figures) or cpu (a quick check of the script)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a run may take before it is stopped")
+    ap.add_argument("--cache-dir", default=None,
+                    help="keep each demo/mode's Inductor cache here (default: a cold one per run)")
     a = ap.parse_args()
     out_dir = a.out or tempfile.mkdtemp(prefix="ctmon-modes-")
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     for demo in a.demos.split(","):
         for mode in a.modes.split(","):
-            r = run(demo, mode, out_dir, a.timeout)
+            r = run(demo, mode, out_dir, a.timeout, a.cache_dir, a.device)
             rows.append(r)
             print(json.dumps(r), flush=True)
     for demo in a.demos.split(","):
@@ -116,10 +143,15 @@ def main() -> None:
     print("| demo | mode | compile | first step | steady p50 | speedup | peak GPU mem |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        if "error" in r:
+        if "error" in r and "compile_s" not in r:
             print(f"| {r['demo']} | {r['mode']} | error: {r['error'][:60]} | | | | |")
             continue
-        print(f"| {r['demo']} | {r['mode']} | {r['compile_s']} s | {r['first_step_s'] or r['demo_first_step']} s | "
+        if "error" in r:
+            print(f"| {r['demo']} | {r['mode']} | {r['error']}: compiling for {r['compiling_for_s']} s, "
+                  f"{r['autotune_kernels']} kernels tuned | | | | {r['peak_mem_gib']} GiB |")
+            continue
+        first = f"{r['first_step_s']} s" if r["first_step_s"] is not None else (r["demo_first_step"] or "-")
+        print(f"| {r['demo']} | {r['mode']} | {r['compile_s']} s | {first} | "
               f"{r['steady_ms']} ms | {r.get('speedup', '-')}x | {r['peak_mem_gib']} GiB |")
 
 

@@ -159,6 +159,16 @@ class LineSplitter:
         self.oversized = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if not self._discarding and len(self._buf) + len(chunk) <= self._max:
+            # No line can be over the limit when the tail and the chunk
+            # together are not: split in C (the reader's hot path).
+            parts = chunk.split(b"\n")
+            tail = parts.pop()
+            if parts and self._buf:
+                parts[0] = bytes(self._buf) + parts[0]
+                self._buf.clear()
+            self._buf += tail
+            return parts
         lines: list[bytes] = []
         start = 0
         while True:
@@ -203,10 +213,10 @@ def decode_lines(lines: list[bytes]) -> tuple[list[Event], int]:
     and the batch yields exactly one object per line; otherwise each line is
     decoded on its own, so the result is always what ``decode`` would give.
     """
-    lines = [ln for ln in lines if ln.strip()]
+    lines = [s for s in map(bytes.strip, lines) if s]
     if not lines:
         return [], 0
-    if all(ln.lstrip()[:1] == b"{" and ln.rstrip()[-1:] == b"}" for ln in lines):
+    if all(s[:1] == b"{" and s[-1:] == b"}" for s in lines):
         try:
             objs = json.loads(b"[" + b",".join(lines) + b"]")
         except (ValueError, UnicodeDecodeError, RecursionError):

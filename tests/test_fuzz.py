@@ -185,6 +185,21 @@ def test_line_splitter_never_raises_and_stays_bounded(chunks, max_line):
     assert sp.oversized >= 0
 
 
+@FAST
+@given(st.lists(st.binary(max_size=24).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.integers(min_value=1, max_value=16))
+def test_line_splitter_gives_every_line_up_to_the_limit_wherever_chunks_are_cut(lines, cuts, max_line):
+    stream = b"".join(ln + b"\n" for ln in lines) + b"tail"
+    sp = LineSplitter(max_line=max_line)
+    got, start = [], 0
+    for cut in sorted({c for c in cuts if c < len(stream)}) + [len(stream)]:
+        got += sp.feed(stream[start:cut])
+        start = cut
+    assert got == [ln for ln in lines if len(ln) <= max_line]
+    assert sp.oversized == sum(1 for ln in lines if len(ln) > max_line) + (len(b"tail") > max_line)
+    assert sp.pending == (b"tail" if max_line >= 4 else b"")
+
+
 @settings(max_examples=100, **HEAVY)
 @given(event_lists)
 def test_encode_never_raises_and_is_one_line(evs):

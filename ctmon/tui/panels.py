@@ -637,7 +637,6 @@ def _below(path: str, cwd: str | None) -> bool:
 
 FINDINGS_EVERY_S = 2.0  # live: findings that depend on steps or samples are refreshed this often
 FINDINGS_SHARE = 0.1  # and never more often than keeps the rules under this share of the UI's time
-FINDINGS_BACKLOG_S = 5.0  # while a backlog is folded: the rules would judge a past moment anyway
 
 
 _findings_cache: dict[int, tuple[Any, float, Any, list[Any], float, bool]] = {}
@@ -646,8 +645,8 @@ _findings_cache: dict[int, tuple[Any, float, Any, list[Any], float, bool]] = {}
 def current_findings(ctx: ViewContext, force: bool = False) -> list[Any]:
     """The session's findings, recomputed at most every FINDINGS_EVERY_S
     (a compile storm changes the store many times a second; the rules need
-    not run that often), at once after a replay jump, the job's exit, or the
-    end of a backlog."""
+    not run that often), not while a backlog is folded, and at once after a
+    replay jump, the job's exit, or the end of a backlog."""
     s = ctx.session
     key = (ctx.gen, s.exit is not None)
     revs = (s.rev["compile"], s.rev["steps"], s.rev["samples"], s.rev["meta"])
@@ -657,12 +656,15 @@ def current_findings(ctx: ViewContext, force: bool = False) -> list[Any]:
         _, t, old_revs, found, cost, in_backlog = hit
         if old_revs == revs:
             return found
-        # A store of tens of thousands of compiles (a storm, or a long
-        # history caught up at once) makes one run of the rules take a large
-        # fraction of a second: space the runs by their own cost as well.
-        every = FINDINGS_BACKLOG_S if ctx.catching_up else FINDINGS_EVERY_S
-        caught_up = in_backlog and not ctx.catching_up
-        if not caught_up and now - t < max(every, cost / FINDINGS_SHARE):
+        # While a backlog is folded the rules would judge a past moment, and
+        # the first run over a history of tens of thousands of compiles takes
+        # a large fraction of a second (each guard is classified once): hold
+        # them until it is folded, then run them at once.
+        if ctx.catching_up:
+            return found
+        # Live, a storm makes one run cost more as the store grows: space the
+        # runs by their own cost as well.
+        if not in_backlog and now - t < max(FINDINGS_EVERY_S, cost / FINDINGS_SHARE):
             return found
     found = s.findings()
     cost = monotonic() - now
