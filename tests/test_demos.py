@@ -184,6 +184,8 @@ def test_inference_buckets_compiles_while_serving(tmp_path):
     assert c["compiles"] >= 5 and c["limit_hits"] >= 1, c
     reasons = only_frame(rep, "GPT.forward")["recompile_reasons"]
     assert reasons and all("'idx' size mismatch at index 0" in r for r in reasons), reasons
+    shape = [f for f in rep["findings"] if f["rule"] == "shape-recompiles"]
+    assert [f["severity"] for f in shape] == ["warning"], shape
 
 
 def test_inference_buckets_fix_compiles_before_serving(tmp_path):
@@ -193,6 +195,9 @@ def test_inference_buckets_fix_compiles_before_serving(tmp_path):
     assert st["compile_steps"] == 0, st  # every compile happened in the warm-up
     assert c["compiles"] == 5 and c["limit_hits"] == 0, c  # buckets 1, 2, 4, 8, 16
     assert "warm-up: 5 buckets" in run.proc.stdout
+    # the buckets' compiles are recognised as a warm-up, not reported as a storm
+    shape = [f for f in rep["findings"] if f["rule"] == "shape-recompiles"]
+    assert [(f["severity"], "in its warm-up" in f["title"]) for f in shape] == [("info", True)], shape
 
 
 # ---- every demo: --help, and a clear error for --device cuda without CUDA ----

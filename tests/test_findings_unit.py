@@ -332,6 +332,20 @@ def test_single_shape_recompile_is_info():
     assert f.severity == "info" and "usually makes the dim dynamic" in f.detail
 
 
+def test_sizes_compiled_only_in_a_warm_up_are_info():
+    # bucketed inputs compiled one by one before the first step: the practice, not a storm
+    r = Run().compile(0, "forward")
+    for k, (a, b) in enumerate([(1, 2), (2, 4), (4, 8)]):
+        r.compile(0, "forward", reason=f"0/{k}: tensor 'idx' size mismatch at index 0. expected {a}, actual {b}")
+    f = by_id(r.steps(5).findings())["shape-recompiles:0:idx:0"]
+    assert f.severity == "info" and "compiled 4 sizes" in f.title and "in its warm-up" in f.title
+    assert "(sizes 1, 2, 4, 8)" in f.title and "torch._dynamo.mark_dynamic(idx, 0)" in f.fix
+    # a new size once the steps run is a recompile in the loop again
+    r.compile(0, "forward", reason="0/3: tensor 'idx' size mismatch at index 0. expected 8, actual 16")
+    f = by_id(r.steps(2).findings())["shape-recompiles:0:idx:0"]
+    assert f.severity == "warning" and "recompiled 4×" in f.title
+
+
 def test_shape_fix_for_a_positional_argument_of_a_module():
     r = Run().steps(1).compile(0, "Sequential")
     r.compile(0, "Sequential", reason="0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 20")

@@ -282,6 +282,17 @@ def _budget(s: Session, frame: Frame) -> str:
     return ""
 
 
+def _warm_up_only(s: Session, frame: Frame, pairs: Group) -> bool:
+    """Every recompile ended before the first step boundary, and steps have
+    run since without more: a deliberate warm-up (bucketed inputs compiled
+    one by one before serving), not a storm in the loop."""
+    series = s.steps.current
+    if series is None or len(series) < 2 or frame.limit_hit:
+        return False
+    first = series.times[0]
+    return all(c.span[1] <= first for c, _ in pairs) and all(c.span[0] <= first for c in frame.compiles)
+
+
 def rule_shape_recompiles(s: Session) -> list[Finding]:
     out = []
     for frame, pairs in _groups(s, {G.SHAPE}):
@@ -300,6 +311,25 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
         else:
             detail = (f"One recompile for a new size of '{name}' along dim {dim}; Dynamo usually makes the dim dynamic "
                       "after it.")
+        if _warm_up_only(s, frame, pairs):
+            out.append(Finding(
+                id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
+                rule="shape-recompiles",
+                severity="info",
+                title=(f"{frame.title} compiled {n + 1} sizes of dim {dim} of tensor '{name}' in its warm-up, "
+                       f"none since (sizes {', '.join(sizes[:8])}{' …' if len(sizes) > 8 else ''})"),
+                file=frame.loc.file, line=frame.loc.line,
+                detail=("Every size was compiled before the first step and no step has compiled since: if these are "
+                        "the sizes the job pads or buckets its inputs to, this is that practice working. Each size "
+                        "still costs a compile when the cache is cold."),
+                evidence=[_ev(c, g) for c, g in pairs[:8]],
+                fix=("Nothing while the steps see only these sizes. To make the warm-up cheap, keep the compile "
+                     "caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
+                     "torch.compiler.save_cache_artifacts / load_cache_artifacts), or mark the dim dynamic "
+                     f"(torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once."),
+                rank=RANK_RECOMPILES - 200 + n,
+            ))
+            continue
         out.append(Finding(
             id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
             rule="shape-recompiles",
