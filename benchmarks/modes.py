@@ -110,7 +110,7 @@ def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | Non
     }
     if error:  # a stopped run: its figures are how far it got
         row["error"] = error
-        row["first_step_s"] = None
+        row["first_step_s"] = row["steady_ms"] = row["p90_ms"] = None  # its few steps straddle compiles
         row["compiling_for_s"] = round(last_t - first_compile, 1) if first_compile and last_t else None
     return row
 
