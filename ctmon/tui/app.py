@@ -14,7 +14,7 @@ Data path (the app never parses events; the store does):
 * the UI thread folds batches into its ``Session`` in time slices; between
   slices, when a repaint is due, it updates the views and waits for the
   screen to be drawn, so repaints go on during a firehose (see
-  docs/perf_tui.md);
+  docs/PERFORMANCE.md, "The viewer");
 * each view compares the revisions of the store sections it reads with the
   ones it last drew, and only those that changed are repainted: an idle
   screen costs a one-second clock tick.
@@ -825,8 +825,8 @@ GC_THRESHOLDS = (20_000, 100, 100)
 def tune_gc() -> None:
     """The viewer keeps a large, long-lived store: with the default
     thresholds the collector walks it over and over (a quarter of the time
-    and 0.4 s pauses while a 200k-event backlog is folded, see
-    docs/perf_tui.md). Fewer young collections keep the screen smooth."""
+    and 0.4 s pauses while a 200k-event backlog is folded). Fewer young
+    collections keep the screen smooth."""
     if gc.get_threshold()[0] < GC_THRESHOLDS[0]:
         gc.set_threshold(*GC_THRESHOLDS)
 
