@@ -282,15 +282,20 @@ def _budget(s: Session, frame: Frame) -> str:
     return ""
 
 
-def _warm_up_only(s: Session, frame: Frame, pairs: Group) -> bool:
-    """Every recompile ended before the first step boundary, and steps have
-    run since without more: a deliberate warm-up (bucketed inputs compiled
-    one by one before serving), not a storm in the loop."""
+def _warm_up_only(s: Session, frame: Frame) -> bool:
+    """Every compile of the frame ended before the first step boundary, and
+    steps have run since without more: a deliberate warm-up (bucketed inputs
+    compiled one by one before serving), not a storm in the loop."""
     series = s.steps.current
     if series is None or len(series) < 2 or frame.limit_hit:
         return False
     first = series.times[0]
-    return all(c.span[1] <= first for c, _ in pairs) and all(c.span[0] <= first for c in frame.compiles)
+    return all(c.span[1] <= first for c in frame.compiles)
+
+
+_WARM_UP_DETAIL = ("Every size was compiled before the first step and no step has compiled since: if these are the "
+                   "sizes the job pads or buckets its inputs to, this is that practice working. Each size still "
+                   "costs a compile when the cache is cold.")
 
 
 def rule_shape_recompiles(s: Session) -> list[Finding]:
@@ -299,47 +304,40 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
         g0 = pairs[0][1]
         name, dim = g0.name, g0.dim
         sizes = _values(pairs)
+        shown = f"sizes {', '.join(sizes[:8])}{' …' if len(sizes) > 8 else ''}"
         n = len(pairs)
-        ranged = any(g.expected and "<=" in g.expected for _, g in pairs)
-        if ranged:
-            detail = (f"Dim {dim} of '{name}' is dynamic, but a new size fell outside what the cached graph accepts "
-                      f"({g0.expected}); Dynamo compiled again.")
-        elif n >= 2:
-            detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size compiles "
-                      "a new version (automatic dynamic shapes did not absorb it: the frame is compiled with "
-                      "dynamic=False, or the dim was marked static).")
+        if _warm_up_only(s, frame):
+            severity, rank = "info", RANK_RECOMPILES - 200 + n
+            title = f"{frame.title} compiled {n + 1} sizes of dim {dim} of tensor '{name}' in its warm-up, none since"
+            detail = _WARM_UP_DETAIL
+            fix = ("Nothing while the steps see only these sizes. To make the warm-up cheap, keep the compile "
+                   "caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
+                   "torch.compiler.save_cache_artifacts / load_cache_artifacts), or mark the dim dynamic "
+                   f"(torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once.")
         else:
-            detail = (f"One recompile for a new size of '{name}' along dim {dim}; Dynamo usually makes the dim dynamic "
-                      "after it.")
-        if _warm_up_only(s, frame, pairs):
-            out.append(Finding(
-                id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
-                rule="shape-recompiles",
-                severity="info",
-                title=(f"{frame.title} compiled {n + 1} sizes of dim {dim} of tensor '{name}' in its warm-up, "
-                       f"none since (sizes {', '.join(sizes[:8])}{' …' if len(sizes) > 8 else ''})"),
-                file=frame.loc.file, line=frame.loc.line,
-                detail=("Every size was compiled before the first step and no step has compiled since: if these are "
-                        "the sizes the job pads or buckets its inputs to, this is that practice working. Each size "
-                        "still costs a compile when the cache is cold."),
-                evidence=[_ev(c, g) for c, g in pairs[:8]],
-                fix=("Nothing while the steps see only these sizes. To make the warm-up cheap, keep the compile "
-                     "caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
-                     "torch.compiler.save_cache_artifacts / load_cache_artifacts), or mark the dim dynamic "
-                     f"(torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once."),
-                rank=RANK_RECOMPILES - 200 + n,
-            ))
-            continue
+            severity, rank = _severity(n, frame), RANK_RECOMPILES + n
+            title = f"{frame.title} recompiled {n}× because dim {dim} of tensor '{name}' changed"
+            if any(g.expected and "<=" in g.expected for _, g in pairs):
+                detail = (f"Dim {dim} of '{name}' is dynamic, but a new size fell outside what the cached graph "
+                          f"accepts ({g0.expected}); Dynamo compiled again.")
+            elif n >= 2:
+                detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size "
+                          "compiles a new version (automatic dynamic shapes did not absorb it: the frame is compiled "
+                          "with dynamic=False, or the dim was marked static).")
+            else:
+                detail = (f"One recompile for a new size of '{name}' along dim {dim}; Dynamo usually makes the dim "
+                          "dynamic after it.")
+            detail += _budget(s, frame) if n >= 2 else ""
+            fix = fix_for(g0)
         out.append(Finding(
             id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
             rule="shape-recompiles",
-            severity=_severity(n, frame),
-            title=(f"{frame.title} recompiled {n}× because dim {dim} of tensor '{name}' changed "
-                   f"(sizes {', '.join(sizes[:8])}{' …' if len(sizes) > 8 else ''})"),
+            severity=severity,
+            title=f"{title} ({shown})",
             file=frame.loc.file, line=frame.loc.line,
-            detail=detail + (_budget(s, frame) if n >= 2 else ""),
+            detail=detail,
             evidence=[_ev(c, g) for c, g in pairs[:8]],
-            fix=fix_for(g0), rank=RANK_RECOMPILES + n,
+            fix=fix, rank=rank,
         ))
     return out
 
