@@ -30,6 +30,13 @@ PROTOCOL_VERSION = 1
 #: MAX_TEXT characters and output is sent in chunks of at most 16 KiB.
 MAX_LINE_BYTES = 1 << 20
 MAX_TEXT = 64 * 1024
+#: Deepest nesting of lists and objects an event may have. Real events are a
+#: few levels deep; a deeper one is refused where bytes enter, so no encoder,
+#: store or renderer downstream can hit Python's recursion limit on it.
+MAX_DEPTH = 32
+#: A viewer's ``stop`` control: SIGTERM, then SIGKILL this long after if the
+#: job still runs (a job that checkpoints on SIGTERM gets this much time).
+DEFAULT_STOP_GRACE_S = 30.0
 
 # Event kinds. Writers: S = supervisor (the process that launched the job and
 # writes the recording), A = agent (inside the job).
@@ -123,6 +130,8 @@ def decode(line: bytes | str) -> Event | None:
         return None
     if not isinstance(obj, dict):
         return None
+    if _may_be_deep(line) and too_deep(obj):
+        return None
     kind = obj.get("kind")
     if not isinstance(kind, str):
         return None
@@ -130,6 +139,30 @@ def decode(line: bytes | str) -> Event | None:
     if type(t) is not float or t != t or t in (_INF, -_INF):
         obj["t"] = _time(t)
     return obj
+
+
+def _may_be_deep(line: bytes | str) -> bool:
+    """A cheap pre-check: nesting deeper than MAX_DEPTH needs that many opening brackets."""
+    if isinstance(line, str):
+        return line.count("{") + line.count("[") > MAX_DEPTH
+    return line.count(b"{") + line.count(b"[") > MAX_DEPTH
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """True if lists/objects nest deeper than ``limit`` (iterative: never recurses)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Iterable[Any] = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def clip(text: Any, limit: int = MAX_TEXT) -> str | None:
@@ -223,8 +256,10 @@ def decode_lines(lines: list[bytes]) -> tuple[list[Event], int]:
             objs = None
         if isinstance(objs, list) and len(objs) == len(lines):
             out: list[Event] = []
-            for obj in objs:
+            for obj, line in zip(objs, lines, strict=True):
                 if type(obj) is not dict or not isinstance(obj.get("kind"), str):
+                    continue
+                if _may_be_deep(line) and too_deep(obj):
                     continue
                 t = obj.get("t")
                 if type(t) is not float or t != t or t in (_INF, -_INF):
