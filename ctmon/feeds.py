@@ -34,7 +34,7 @@ class Feed:
     def batches(self) -> Iterator[Batch]:
         raise NotImplementedError
 
-    def control(self, action: str) -> bool:
+    def control(self, action: str, grace: float | None = None) -> bool:
         return False
 
     def close(self) -> None:
@@ -104,6 +104,10 @@ class FeedError(Exception):
     pass
 
 
+class AuthError(FeedError):
+    """The supervisor refused the token (it says so in an ``error`` line)."""
+
+
 class SocketFeed(Feed):
     """A live session, through its supervisor's viewer socket (or TCP, with a token)."""
 
@@ -124,47 +128,85 @@ class SocketFeed(Feed):
 
     @classmethod
     def tcp(cls, host: str, port: int, token: str, timeout: float = 5.0) -> SocketFeed:
-        """A session served with --listen, e.g. through an SSH port forward."""
+        """A session served with --listen, e.g. through an SSH port forward.
+
+        Waits for the first line, so a refused token is told as such
+        (AuthError) rather than shown as an empty, disconnected session."""
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             s = socket.create_connection((host, port), timeout=timeout)
             s.sendall(protocol.encode({"kind": "hello", "t": time.time(), "token": token}))
         except OSError as e:
-            raise FeedError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+            raise FeedError(f"cannot connect to {where}: {e.strerror or e}") from None
+        first = b""
+        try:
+            while b"\n" not in first and len(first) < protocol.MAX_LINE_BYTES:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                first += chunk
+        except OSError as e:
+            s.close()
+            raise FeedError(f"no answer from {where}: {e.strerror or e or 'timed out'}") from None
+        ev = protocol.decode(first.split(b"\n", 1)[0]) if b"\n" in first else None
+        if ev is None or ev["kind"] == "error":
+            s.close()
+            message = ev.get("message") if ev is not None else None
+            if message == "authentication failed":
+                raise AuthError("authentication failed (check the session token)")
+            if isinstance(message, str):
+                raise FeedError(f"{where} refused the connection: {message[:200]}")
+            raise FeedError(f"{where} closed the connection without sending the session")
         s.settimeout(None)
         feed = cls.__new__(cls)
-        feed.path = f"{host}:{port}"
+        feed.path = where
         feed.name = feed.path
-        feed._setup(s)
+        feed._setup(s, first)
         return feed
 
-    def _setup(self, s: socket.socket) -> None:
+    def _setup(self, s: socket.socket, first: bytes = b"") -> None:
         self._sock = s
+        self._first = first  # bytes read while authenticating: the start of the stream
         self._lock = threading.Lock()
         self.disconnected = False
         self.oversized = 0
+        self.error: str | None = None
 
     def batches(self) -> Iterator[Batch]:
         splitter = protocol.LineSplitter()
         sock = self._sock
+        data, self._first = self._first, b""
         try:
             while True:
-                try:
-                    data = sock.recv(1 << 16)
-                except OSError:
-                    data = b""
                 if not data:
-                    break
+                    try:
+                        data = sock.recv(1 << 16)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        break
                 batch, _ = protocol.decode_lines(splitter.feed(data))
+                data = b""
+                errors = [ev for ev in batch if ev["kind"] == "error"]
+                if errors:  # the supervisor says why it closes (e.g. too many viewers)
+                    self.error = str(errors[0].get("message"))[:200]
+                    batch = [ev for ev in batch if ev["kind"] != "error"]
                 if batch:
                     yield batch
         finally:
             self.oversized = splitter.oversized
             self.disconnected = True
 
-    def control(self, action: str) -> bool:
-        if action not in ("interrupt", "terminate", "kill"):
+    def control(self, action: str, grace: float | None = None) -> bool:
+        """Ask the supervisor to signal the job. ``stop``: SIGTERM now and
+        SIGKILL after ``grace`` seconds if it still runs (0: never), done by
+        the supervisor so it happens even if this viewer goes away."""
+        if action not in ("interrupt", "terminate", "kill", "stop"):
             return False
-        msg = protocol.encode({"kind": "control", "t": time.time(), "action": action})
+        ev: protocol.Event = {"kind": "control", "t": time.time(), "action": action}
+        if action == "stop" and grace is not None:
+            ev["grace"] = grace
+        msg = protocol.encode(ev)
         try:
             with self._lock:
                 self._sock.sendall(msg)

@@ -461,13 +461,20 @@ def test_newer_version_recording(tmp_path) -> None:  # type: ignore[no-untyped-d
         (["watch", "999999"], "ctmon: watch: no live ctmon session for '999999' (ctmon watch --list shows them)"),
         (["watch", "--frob"], "ctmon: watch: unknown option --frob (try: ctmon watch --help)"),
         (["watch", "1", "2"], "ctmon: watch: give at most one PID or session id"),
-        (["watch", "--connect", "127.0.0.1:7777"], "ctmon: watch: --connect needs the session token (--token or CTMON_TOKEN)"),
+        (["watch", "--connect", "127.0.0.1:7777"],
+         "ctmon: watch: --connect needs the session token (--token-file PATH or CTMON_TOKEN)"),
         (["watch", "--connect"], "ctmon: watch: --connect needs HOST:PORT"),
-        (["watch", "--connect", "127.0.0.1:7777", "--token"], "ctmon: watch: --token needs a value"),
+        (["watch", "--connect", "127.0.0.1:7777", "--token-file"], "ctmon: watch: --token-file needs a PATH"),
+        (["watch", "--connect", "127.0.0.1:7777", "--token", "secret"],
+         "ctmon: watch: --token is refused: a command line is visible to every local user; "
+         "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt"),
+        (["watch", "--connect", "127.0.0.1:7777", "--token-file", "/nonexistent/token"],
+         "ctmon: watch: cannot read --token-file /nonexistent/token: No such file or directory"),
     ],
     ids=["report no file", "report unknown option", "report two files", "report --fail-on no expr", "replay no file",
          "replay two files", "watch unknown pid", "watch unknown option", "watch two keys", "watch no token",
-         "watch --connect no value", "watch --token no value"],
+         "watch --connect no value", "watch --token-file no value", "watch --token refused",
+         "watch --token-file missing"],
 )
 def test_viewer_command_misuse(argv, message) -> None:  # type: ignore[no-untyped-def]
     one_line_error(ctmon(*argv, env=env_with(CTMON_TOKEN="")), message)
@@ -488,12 +495,12 @@ def test_watch_connect_refused() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused
-        out = ctmon("watch", "--connect", f"127.0.0.1:{port}", "--token", "t")
+        out = ctmon("watch", "--connect", f"127.0.0.1:{port}", env=env_with(CTMON_TOKEN="t"))
     one_line_error(out, f"ctmon: watch: cannot connect to 127.0.0.1:{port}: Connection refused")
 
 
 def test_watch_connect_bad_address() -> None:
-    out = ctmon("watch", "--connect", "nohost", "--token", "t")
+    out = ctmon("watch", "--connect", "nohost", env=env_with(CTMON_TOKEN="t"))
     one_line_containing(out, "'nohost'", "expected [HOST:]PORT")
 
 

@@ -442,7 +442,7 @@ async def test_q_then_stop_terminates_the_job_and_waits_for_its_exit() -> None:
         await wait_applied(pilot, len(_running()))
         await pilot.press("q")
         await pilot.press("y")
-        assert feed.controls == ["terminate"]
+        assert feed.controls == ["stop"] and feed.graces == [30.0]  # the supervisor escalates after 30 s
         assert "stopping" in screen_text(app)
         assert app.is_running  # waits for the exit
         feed.push([{"kind": "exit", "t": 1700000009.0, "code": None, "signal": "SIGTERM"}])
@@ -450,6 +450,28 @@ async def test_q_then_stop_terminates_the_job_and_waits_for_its_exit() -> None:
     result = app.return_value
     assert result is not None and result.how == "stopped"
     assert result.exit is not None and result.exit.status == 128 + 15
+
+
+@run_async
+async def test_stop_dialog_says_when_sigkill_follows() -> None:
+    """The dialog names the grace (--stop-grace / CTMON_STOP_GRACE); the
+    supervisor, not the viewer, sends SIGKILL once it has passed."""
+    for grace, said in ((30.0, "Stop sends SIGTERM now, SIGKILL after 30 s"), (2.5, "SIGKILL after 2.5 s"),
+                        (0.0, "Stop sends SIGTERM only; no SIGKILL follows")):
+        feed = QueueFeed()
+        feed.push(_running())
+        app = CtmonApp(feed, launched=True, stop_grace=grace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_applied(pilot, len(_running()))
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmStop)
+            assert said in " ".join(screen_text(app).split()), screen_text(app)
+            await pilot.press("y")
+            assert feed.controls == ["stop"] and feed.graces == [grace]
+            await pilot.press("q", "d")
+            await pilot.pause()
+        assert app.return_value is not None and app.return_value.how == "detached"
 
 
 @run_async

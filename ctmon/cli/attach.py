@@ -19,6 +19,9 @@ from ctmon.launch.spec import check_not_target, check_writable
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="keep the recording in FILE", metavar="FILE"),
     OptionSpec(("--no-tui",), "no_tui", help="no TUI: run headless like 'ctmon record'"),
+    OptionSpec(("--stop-grace",), "stop_grace", True, metavar="SECONDS",
+               help="q → Stop sends SIGTERM, then SIGKILL this long after if the job still runs; "
+                    "0: never (default $CTMON_STOP_GRACE, else 30)"),
 ]
 USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live."
@@ -31,9 +34,30 @@ def main(argv: list[str]) -> int:
         return 0
     assert parsed.spec is not None
     output = parsed.values.get("output")
+    grace = stop_grace(parsed.values.get("stop_grace"))  # type: ignore[arg-type]
     if parsed.values.get("no_tui") or not _interactive():
         return run_headless(parsed.spec, output)  # type: ignore[arg-type]
-    return run_tui(parsed.spec, output)  # type: ignore[arg-type]
+    return run_tui(parsed.spec, output, grace)  # type: ignore[arg-type]
+
+
+def stop_grace(value: str | None) -> float:
+    """--stop-grace, else $CTMON_STOP_GRACE, else the default (seconds; 0: never SIGKILL)."""
+    import math
+
+    from ctmon.protocol import DEFAULT_STOP_GRACE_S
+
+    where = "--stop-grace"
+    if value is None:
+        value, where = os.environ.get("CTMON_STOP_GRACE") or None, "CTMON_STOP_GRACE"
+    if value is None:
+        return DEFAULT_STOP_GRACE_S
+    try:
+        grace = float(value)
+    except ValueError:
+        grace = -1.0
+    if not math.isfinite(grace) or grace < 0:
+        raise CliError(f"attach: {where} must be a number of seconds >= 0 (0: never SIGKILL), not '{value}'")
+    return grace
 
 
 def _interactive() -> bool:
@@ -43,7 +67,7 @@ def _interactive() -> bool:
         return False
 
 
-def run_tui(spec, output: str | None) -> int:  # type: ignore[no-untyped-def]
+def run_tui(spec, output: str | None, grace: float | None = None) -> int:  # type: ignore[no-untyped-def]
     from ctmon.feeds import FeedError, SocketFeed
     from ctmon.launch.daemon import DaemonError, start_detached
 
@@ -63,7 +87,8 @@ def run_tui(spec, output: str | None) -> int:  # type: ignore[no-untyped-def]
     from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
-    app = CtmonApp(feed, launched=True, recording=d.recording, title=" ".join(spec.display()))
+    app = CtmonApp(feed, launched=True, recording=d.recording, title=" ".join(spec.display()),
+                   stop_grace=stop_grace(None) if grace is None else grace)
     result = run_app(app)
     feed.close()
     return report_after(result, d.recording)

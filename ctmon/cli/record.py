@@ -3,6 +3,7 @@ its events go to a recording, and a short summary follows on stderr."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -65,8 +66,7 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
         sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record",
                                                  listen=listen))
         if listen:
-            sup.on_listening = lambda addr, token: _say(
-                f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token {token}")
+            sup.on_listening = lambda addr, token: _announce(sup, addr, os.path.join(sdir, "token"))
         try:
             info = sup.run()
         except SupervisorError as e:
@@ -86,6 +86,16 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     if info.status == 0 and failures:
         return gate.BUDGET_EXIT  # the job's own failure, if any, wins over budgets
     return exit_like(info)
+
+
+def _announce(sup: Supervisor, addr: str, token_path: str) -> None:
+    """How to connect, without the token itself: a command line (this one, or
+    the viewer's) is readable by every local user through /proc."""
+    if sup.tcp_all_interfaces:
+        _say(f"ctmon: warning: --listen {addr} is reachable from the network, not only from this machine "
+             "(a token is still required; listen on 127.0.0.1 and use ssh -L to keep it local)")
+    _say(f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token-file {token_path} "
+         f"(or CTMON_TOKEN=$(cat {token_path}) ctmon watch --connect {addr})")
 
 
 def _say(line: str) -> None:

@@ -3,8 +3,11 @@
     ctmon watch                 list live sessions; pick one to attach (or the only one)
     ctmon watch PID|ID          attach to the session of that job (or supervisor) pid / session id
     ctmon watch --list [--json] only list
-    ctmon watch --connect HOST:PORT [--token TOKEN]
-                                attach over TCP to a job started with --listen (e.g. through ssh -L)
+    ctmon watch --connect HOST:PORT [--token-file PATH]
+                                attach over TCP to a job started with --listen (e.g. through ssh -L);
+                                the session token comes from --token-file (a file only you can read,
+                                e.g. the session's own 'token' file), else $CTMON_TOKEN, else a prompt.
+                                It is never taken on the command line, which every local user can read.
 
 Attaching replays the session's full history first, so a late viewer sees
 exactly what one attached from the start saw. ``q`` detaches: the job keeps
@@ -26,12 +29,13 @@ HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
 def main(argv: list[str]) -> int:
     list_only = as_json = False
-    connect = token = None
+    connect = token_file = None
     key = None
     it = iter(argv)
     for a in it:
         if a in ("-h", "--help"):
-            sys.stdout.write("usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token TOKEN]]\n\n" + HELP)
+            sys.stdout.write("usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token-file PATH]]\n\n"
+                             + HELP)
             return 0
         if a == "--list":
             list_only = True
@@ -41,10 +45,13 @@ def main(argv: list[str]) -> int:
             connect = a.partition("=")[2] if "=" in a else next(it, None)
             if not connect:
                 raise CliError("watch: --connect needs HOST:PORT")
+        elif a == "--token-file" or a.startswith("--token-file="):
+            token_file = a.partition("=")[2] if "=" in a else next(it, None)
+            if not token_file:
+                raise CliError("watch: --token-file needs a PATH")
         elif a == "--token" or a.startswith("--token="):
-            token = a.partition("=")[2] if "=" in a else next(it, None)
-            if not token:
-                raise CliError("watch: --token needs a value")
+            raise CliError("watch: --token is refused: a command line is visible to every local user; "
+                           "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt")
         elif a.startswith("-"):
             raise CliError(f"watch: unknown option {a} (try: ctmon watch --help)")
         elif key is None:
@@ -52,7 +59,7 @@ def main(argv: list[str]) -> int:
         else:
             raise CliError("watch: give at most one PID or session id")
     if connect:
-        return _watch_tcp(connect, token)
+        return _watch_tcp(connect, token_file)
     sessions = runtime.list_sessions()
     if list_only or (key is None and not _interactive()):
         return _print_list(sessions, as_json)
@@ -125,26 +132,50 @@ def _watch(info: dict[str, object]) -> int:
                 info.get("job_pid"))
 
 
-def _watch_tcp(addr: str, token: str | None) -> int:
-    from ctmon.feeds import FeedError, SocketFeed
+def _watch_tcp(addr: str, token_file: str | None) -> int:
+    from ctmon.feeds import AuthError, FeedError, SocketFeed
     from ctmon.launch.supervisor import parse_listen
 
     try:
         host, port = parse_listen(addr)
     except ValueError:
         raise CliError(f"watch: bad --connect '{addr}': expected [HOST:]PORT") from None
-    token = token or os.environ.get("CTMON_TOKEN")
+    token = read_token_file(token_file) if token_file else os.environ.get("CTMON_TOKEN", "").strip()
     if not token:
         if not _interactive():
-            raise CliError("watch: --connect needs the session token (--token or CTMON_TOKEN)")
+            raise CliError("watch: --connect needs the session token (--token-file PATH or CTMON_TOKEN)")
         import getpass
 
         token = getpass.getpass("session token: ").strip()
     try:
         feed = SocketFeed.tcp(host, port, token)
+    except AuthError as e:
+        raise CliError(str(e)) from None  # "authentication failed", said as such
     except FeedError as e:
         raise CliError(f"watch: {e}") from None
     return _run(feed, "", addr, None)
+
+
+def read_token_file(path: str) -> str:
+    """The token from a file that only its owner can read (else it is no secret)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise CliError(f"watch: cannot read --token-file {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise CliError(f"watch: --token-file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise CliError(f"watch: --token-file {path} is readable by other users (mode "
+                           f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 it first")
+        data = f.read(4096)
+    token = data.decode("utf-8", "surrogateescape").strip()
+    if not token:
+        raise CliError(f"watch: --token-file {path} is empty")
+    return token
 
 
 def _run(feed, recording: str, title: str, pid: object) -> int:  # type: ignore[no-untyped-def]

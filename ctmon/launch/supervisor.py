@@ -24,6 +24,7 @@ import codecs
 import errno
 import fcntl
 import hmac
+import ipaddress
 import json
 import os
 import secrets
@@ -51,6 +52,10 @@ READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
 VIEWER_GRACE_S = 5.0
 AUTH_TIMEOUT_S = 5.0
+MAX_HALF_OPEN = 16  # TCP peers waiting to authenticate; the oldest is dropped for a new one
+MAX_VIEWERS = 64  # viewers being served at once (both sockets); more are told so and closed
+MAX_PEER_NOTES = 20  # notes about misbehaving peers in one recording; later ones are only counted
+MAX_STOP_GRACE_S = 7 * 24 * 3600.0
 REGISTRY_INTERVAL_S = 2.0
 MAX_PENDING_BYTES = 256 << 20  # events held in memory while the disk is full  # how often session.json (what `ctmon watch` lists) is refreshed
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -140,6 +145,9 @@ class Supervisor:
         self.tcp_sock: socket.socket | None = None
         self.tcp_address: str | None = None
         self.token: str | None = None
+        self.tcp_all_interfaces = False
+        self._peer_notes = 0
+        self._kill_at: float | None = None  # a `stop` control's SIGKILL, if the job outlives its grace
         self.agent_path = os.path.join(opts.session_dir, "agent.sock")
         self.viewer_path = os.path.join(opts.session_dir, "viewer.sock")
         self.on_event: Callable[[protocol.Event], None] | None = None
@@ -293,7 +301,7 @@ class Supervisor:
                 if kind == "stream":
                     self._read_stream(obj)
                 elif kind == "agent":
-                    self._read_agent(obj)
+                    self._guarded(self._read_agent, obj)
                 elif kind == "agent_listen":
                     self._accept_agent()
                 elif kind == "viewer_listen":
@@ -301,15 +309,13 @@ class Supervisor:
                 elif kind == "tcp_listen":
                     self._accept_tcp()
                 elif kind == "viewer":
-                    if mask & selectors.EVENT_READ:
-                        self._read_viewer(obj)
-                    if mask & selectors.EVENT_WRITE and obj in self.viewers:
-                        self._write_viewer(obj)
+                    self._guarded(self._serve_viewer, obj, mask)
                 elif kind == "wake":
                     _drain_fd(self._wake_r)
                 elif kind == "pidfd":
                     pass
             self._handle_signals()
+            self._escalate_stop()
             self._expire_unauthenticated()
             while self.inbox:
                 self._emit(self.inbox.popleft())
@@ -426,6 +432,40 @@ class Supervisor:
         self.agents.append(a)
         self.sel.register(conn, selectors.EVENT_READ, ("agent", a))
 
+    def _guarded(self, handler: Callable[..., None], peer: _Agent | _Viewer, *args: Any) -> None:
+        """One peer's bytes must never take the supervisor (and so the job) down:
+        whatever a handler raises drops that peer, with a note, and nothing else."""
+        try:
+            handler(peer, *args)
+        except Exception as e:
+            what = "an agent connection" if isinstance(peer, _Agent) else "a viewer"
+            self._drop_peer(peer)
+            self._peer_note(f"dropped {what}: it sent what ctmon could not handle ({type(e).__name__}: {e})")
+
+    def _peer_note(self, message: str) -> None:
+        self._peer_notes += 1
+        if self._peer_notes > MAX_PEER_NOTES:
+            return
+        if self._peer_notes == MAX_PEER_NOTES:
+            message += " (further such notes are left out)"
+        try:
+            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
+                        "message": protocol.clip(message, 500)})
+        except Exception:
+            pass
+
+    def _drop_peer(self, peer: _Agent | _Viewer) -> None:
+        if isinstance(peer, _Viewer):
+            self._drop_viewer(peer)
+            return
+        if peer in self.agents:
+            self.agents.remove(peer)
+        try:
+            self.sel.unregister(peer.sock)
+        except (KeyError, ValueError):
+            pass
+        peer.sock.close()
+
     def _read_agent(self, a: _Agent) -> None:
         try:
             data = a.sock.recv(1 << 16)
@@ -434,24 +474,38 @@ class Supervisor:
         except OSError:
             data = b""
         if not data:
-            self.sel.unregister(a.sock)
-            a.sock.close()
-            self.agents.remove(a)
+            self._drop_peer(a)
             return
         # Device-time windows name step indices: make sure those steps are in
         # the recording first (they travel through the ring, not the socket).
         self._drain_rings()
+        oversized = a.splitter.oversized
         for line in a.splitter.feed(data):
-            ev = protocol.decode(line)
-            if ev is None or ev["kind"] in (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE,
-                                            protocol.STEPS):
-                continue  # only the supervisor writes these
-            if ev["kind"] == protocol.PROCESS and isinstance(ev.get("step_ring"), str):
-                self._open_ring(ev["step_ring"])
-            self._write_line(line + b"\n", ev)
+            try:
+                self._agent_line(line)
+            except Exception as e:  # one bad event is skipped; the agent's next ones still count
+                self._peer_note(f"skipped an event from the job's agent ({type(e).__name__}: {e})")
+        if a.splitter.oversized > oversized:
+            self._peer_note(f"skipped {a.splitter.oversized - oversized} line(s) from the job's agent "
+                            f"longer than {protocol.MAX_LINE_BYTES} bytes")
+
+    def _agent_line(self, line: bytes) -> None:
+        ev = protocol.decode(line)
+        if ev is None or ev["kind"] in (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE,
+                                        protocol.STEPS):
+            return  # only the supervisor writes these
+        if ev["kind"] == protocol.PROCESS:
+            ring = ev.get("step_ring")
+            if ring is not None and not isinstance(ring, str):
+                raise TypeError("step_ring is not a string")
+            if ring:
+                self._open_ring(ring)
+        self._write_line(line + b"\n", ev)
 
     def _open_ring(self, path: str) -> None:
         # Only rings inside our own private session directory.
+        if "\0" in path or len(path) > 4096:
+            raise ValueError("step_ring is not a usable path")
         real = os.path.realpath(path)
         if os.path.dirname(real) != os.path.realpath(self.opts.session_dir) or any(r.path == real for r in self.rings):
             return
@@ -462,21 +516,30 @@ class Supervisor:
                         "message": f"cannot read step boundaries: {e}"})
 
     def _drain_rings(self) -> None:
-        for r in self.rings:
-            values, lost = r.reader.read()
-            if not values and not lost:
-                continue
-            now_wall, now_ns = time.time(), time.perf_counter_ns()
-            for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
-                self._emit(ev)
-            if lost:
-                # a lost switch slot is not a lost step
-                src = r.reader.source()
-                start = r.reader.start
-                if src is not None and start - lost <= src[1] < start:
-                    lost -= 1
-                self._steps_lost += lost
-                self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
+        for r in list(self.rings):
+            try:
+                self._drain_ring(r)
+            except Exception as e:  # a ring the job scribbled over: stop reading it, keep the rest
+                self.rings.remove(r)
+                r.reader.ring.close()
+                self._peer_note(f"stopped reading step boundaries from {os.path.basename(r.path)} "
+                                f"({type(e).__name__}: {e})")
+
+    def _drain_ring(self, r: _Ring) -> None:
+        values, lost = r.reader.read()
+        if not values and not lost:
+            return
+        now_wall, now_ns = time.time(), time.perf_counter_ns()
+        for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
+            self._emit(ev)
+        if lost:
+            # a lost switch slot is not a lost step
+            src = r.reader.source()
+            start = r.reader.start
+            if src is not None and start - lost <= src[1] < start:
+                lost -= 1
+            self._steps_lost += lost
+            self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
 
     # --------------------------------------------------------------- viewers
 
@@ -489,6 +552,9 @@ class Supervisor:
             conn.close()
             return
         conn.setblocking(False)
+        if len(self.viewers) >= MAX_VIEWERS:
+            _refuse(conn, "too many viewers")
+            return
         v = _Viewer(conn)
         self.viewers.append(v)
         self.sel.register(conn, selectors.EVENT_READ, ("viewer", v))
@@ -504,7 +570,8 @@ class Supervisor:
         s.setblocking(False)
         self.tcp_sock = s
         bound = s.getsockname()
-        self.tcp_address = f"{host}:{bound[1]}"
+        self.tcp_address = f"[{host}]:{bound[1]}" if ":" in host else f"{host}:{bound[1]}"
+        self.tcp_all_interfaces = not is_local_only(host)
         self.token = secrets.token_urlsafe(24)
         fd = os.open(os.path.join(self.opts.session_dir, "token"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -519,10 +586,16 @@ class Supervisor:
             conn, _ = self.tcp_sock.accept()
         except OSError:
             return
-        if len([v for v in self.viewers if not v.authed]) >= 16:
-            conn.close()  # too many half-open peers: refuse, don't queue
-            return
+        waiting = [v for v in self.viewers if not v.authed]
+        if len(waiting) >= MAX_HALF_OPEN:
+            # Drop the peer that has waited longest rather than refuse the new
+            # one: held-open connections then cannot lock a real viewer out,
+            # which authenticates in its first line.
+            self._drop_viewer(min(waiting, key=lambda w: w.deadline))
         conn.setblocking(False)
+        if len(self.viewers) >= MAX_VIEWERS:
+            _refuse(conn, "too many viewers")
+            return
         v = _Viewer(conn, authed=False)
         self.viewers.append(v)
         self.sel.register(conn, selectors.EVENT_READ, ("viewer", v))
@@ -532,14 +605,17 @@ class Supervisor:
         for v in [v for v in self.viewers if not v.authed and now > v.deadline]:
             self._drop_viewer(v)
 
-    def _drop_viewer(self, v: _Viewer) -> None:
+    def _drop_viewer(self, v: _Viewer, error: str | None = None) -> None:
         if v in self.viewers:
             self.viewers.remove(v)
             try:
                 self.sel.unregister(v.sock)
             except (KeyError, ValueError):
                 pass
-            v.sock.close()
+            if error is not None:
+                _refuse(v.sock, error)
+            else:
+                v.sock.close()
 
     def _want_write(self, v: _Viewer) -> None:
         behind = v.authed and v.cursor < self._rec_size
@@ -561,6 +637,12 @@ class Supervisor:
             return
         self._want_write(v)
 
+    def _serve_viewer(self, v: _Viewer, mask: int) -> None:
+        if mask & selectors.EVENT_READ:
+            self._read_viewer(v)
+        if mask & selectors.EVENT_WRITE and v in self.viewers:
+            self._write_viewer(v)
+
     def _read_viewer(self, v: _Viewer) -> None:
         try:
             data = v.sock.recv(4096)
@@ -574,18 +656,54 @@ class Supervisor:
         for line in v.splitter.feed(data):
             msg = protocol.decode(line)
             if not v.authed:
-                token = msg.get("token") if msg is not None and msg.get("kind") == "hello" else None
-                if not isinstance(token, str) or self.token is None or not hmac.compare_digest(token, self.token):
-                    self._drop_viewer(v)
+                if not self._authenticates(msg):
+                    self._drop_viewer(v, "authentication failed")
                     return
                 v.authed = True
                 self._want_write(v)
                 continue
             if msg is None or msg.get("kind") != "control":
                 continue
-            sig = CONTROL_SIGNALS.get(str(msg.get("action")))
+            action = msg.get("action")
+            if action == "stop":
+                self._stop_job(msg.get("grace"))
+                continue
+            sig = CONTROL_SIGNALS.get(action) if isinstance(action, str) else None
             if sig is not None:
                 self._signal_job(sig, group=True)
+
+    def _authenticates(self, msg: protocol.Event | None) -> bool:
+        """A TCP peer's first line: a hello with the session token (any other
+        type, or a string that is not the token, fails; nothing raises)."""
+        if msg is None or msg.get("kind") != "hello" or self.token is None:
+            return False
+        token = msg.get("token")
+        if not isinstance(token, str):
+            return False
+        # compare_digest on str refuses non-ASCII (TypeError): compare bytes.
+        given = token.encode("utf-8", "surrogatepass")
+        return hmac.compare_digest(given, self.token.encode("utf-8"))
+
+    def _stop_job(self, grace: object) -> None:
+        """``stop``: SIGTERM now, SIGKILL after the grace if the job still runs
+        (0: never). Here rather than in the viewer, so the escalation happens
+        even when the viewer quits or its connection drops meanwhile."""
+        g = protocol.DEFAULT_STOP_GRACE_S
+        if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace == grace and grace >= 0:
+            g = min(float(grace), MAX_STOP_GRACE_S)
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        self._signal_job(signal.SIGTERM, group=True)
+        self._kill_at = time.monotonic() + g if g > 0 else None
+        when = f"SIGKILL in {g:g} s if it still runs" if g > 0 else "no SIGKILL will follow"
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon",
+                    "message": f"stop asked by a viewer: {when}"})
+
+    def _escalate_stop(self) -> None:
+        if self._kill_at is not None and time.monotonic() >= self._kill_at:
+            self._kill_at = None
+            self._signal_job(signal.SIGKILL, group=True)
 
     # --------------------------------------------------------------- signals
 
@@ -704,10 +822,7 @@ class Supervisor:
             for key, mask in self.sel.select(0.1):
                 kind, obj = key.data
                 if kind == "viewer":
-                    if mask & selectors.EVENT_READ:
-                        self._read_viewer(obj)
-                    if mask & selectors.EVENT_WRITE and obj in self.viewers:
-                        self._write_viewer(obj)
+                    self._guarded(self._serve_viewer, obj, mask)
 
     def _close(self) -> None:
         for v in list(self.viewers):
@@ -860,15 +975,48 @@ def _same_user(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
+def _refuse(sock: socket.socket, message: str) -> None:
+    """Tell a viewer why it is being closed (one ``error`` line), then close.
+
+    Best effort and never blocking: the line is tiny and goes out at once on
+    a fresh connection. What the peer sent is read first, so closing does not
+    reset the connection and discard the line before the peer reads it."""
+    try:
+        sock.setblocking(False)
+        sock.send(protocol.encode({"kind": "error", "t": time.time(), "message": message}), socket.MSG_NOSIGNAL)
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(16):
+            if not sock.recv(65536):
+                break
+    except OSError:
+        pass
+    sock.close()
+
+
 def parse_listen(spec: str) -> tuple[str, int]:
-    """"7777" -> ("127.0.0.1", 7777); "0.0.0.0:7777"; "[::1]:7777"."""
+    """"7777" -> ("127.0.0.1", 7777); "0.0.0.0:7777"; "[::1]:7777".
+
+    "0:7777" means every IPv4 interface, as 0.0.0.0 (it is what the C
+    library makes of "0"), and is spelt out so no one is surprised."""
     host, sep, port = spec.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", spec
     host = host.strip("[]") or "127.0.0.1"
+    if host == "0":
+        host = "0.0.0.0"
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"bad --listen '{spec}': expected [HOST:]PORT")
     return host, int(port)
+
+
+def is_local_only(host: str) -> bool:
+    """True when a listening address is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may well be a network interface
 
 
 def exit_like(info: ExitInfo) -> int:

@@ -44,6 +44,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 
+from ctmon import protocol
 from ctmon.feeds import Feed
 from ctmon.store import ExitInfo, Session
 from ctmon.tui.context import ReplayInfo, StoreView, ViewContext
@@ -82,8 +83,7 @@ SLICE_EVENTS = 32
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
 PLAY_TICK_S = 0.1
-STOP_KILL_AFTER_S = 5.0
-STOP_GIVE_UP_S = 12.0
+STOP_GIVE_UP_AFTER_KILL_S = 7.0  # the viewer waits this long for the exit once SIGKILL is due
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36
 PANES = ("frames", "breaks", "events", "output")
@@ -369,9 +369,11 @@ class CtmonApp(App[AppResult]):
         recording: str | None = None,
         ingest_budget_s: float = INGEST_BUDGET_S,
         refresh_min_s: float = REFRESH_MIN_S,
+        stop_grace: float = protocol.DEFAULT_STOP_GRACE_S,
     ) -> None:
         super().__init__()
         self.feed = feed
+        self.stop_grace = stop_grace  # Stop: SIGTERM, SIGKILL this long after (0: never)
         self.full = Session()  # everything read so far
         self.timeline = Timeline() if replay else None
         self.ctx = ViewContext(
@@ -681,7 +683,7 @@ class CtmonApp(App[AppResult]):
         if ctx.job_running and ctx.launched:
             if isinstance(self.screen, ConfirmStop):
                 return
-            self.push_screen(ConfirmStop(self.full.meta.pid), self._on_confirm)
+            self.push_screen(ConfirmStop(self.full.meta.pid, self.stop_grace), self._on_confirm)
             return
         self.finish("detached" if ctx.job_running else "quit")
 
@@ -695,18 +697,15 @@ class CtmonApp(App[AppResult]):
         if not self.ctx.job_running:
             self.finish("quit")
             return
-        self.ctx.status = "■ stopping…"
+        grace = self.stop_grace
+        self.ctx.status = f"■ stopping… (SIGKILL in {grace:g} s)" if grace > 0 else "■ stopping…"
         self._quit_on_exit = True
-        self.feed.control("terminate")
-        self.set_timer(STOP_KILL_AFTER_S, self._stop_escalate)
-        self.set_timer(STOP_GIVE_UP_S, lambda: self.finish("stopped"))
+        # The supervisor escalates to SIGKILL after the grace, so the job is
+        # stopped even if this viewer quits or loses its connection meanwhile.
+        self.feed.control("stop", grace=grace)
+        if grace > 0:
+            self.set_timer(grace + STOP_GIVE_UP_AFTER_KILL_S, lambda: self.finish("stopped"))
         self._schedule_refresh()
-
-    def _stop_escalate(self) -> None:
-        if self.ctx.job_running:
-            self.ctx.status = "■ killing…"
-            self.feed.control("kill")
-            self._schedule_refresh()
 
     def finish(self, how: str) -> None:
         if self._finished:

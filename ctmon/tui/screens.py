@@ -101,17 +101,21 @@ class ConfirmStop(ModalScreen[str | None]):
         Binding("n,c,escape", "choose('cancel')", "Cancel"),
     ]
 
-    def __init__(self, pid: int | None) -> None:
+    def __init__(self, pid: int | None, grace: float = 30.0) -> None:
         super().__init__()
         self.pid = pid
+        self.grace = grace
 
     def compose(self) -> ComposeResult:
         who = f"pid {self.pid}" if self.pid else "the job"
+        how = (f"Stop sends SIGTERM now, SIGKILL after {self.grace:g} s if it still runs"
+               if self.grace > 0 else "Stop sends SIGTERM only; no SIGKILL follows")
         with Vertical() as v:
             v.border_title = "Stop the job?"
             yield Static(Text.assemble(("The job is still running ", "bold"), f"({who}).\n",
                                        "Stop it, or leave it running and come back with ",
-                                       ("ctmon watch", "bold"), "?"), id="question")
+                                       ("ctmon watch", "bold"), "?\n",
+                                       (f"{how} (--stop-grace).", "dim")), id="question")
             with Horizontal():
                 yield Button(Text("Stop it (y)"), id="stop", variant="error")
                 yield Button(Text("Leave running (d)"), id="detach", variant="primary")

@@ -18,6 +18,7 @@ class QueueFeed(Feed):
         self.name = "queue"
         self._q: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
         self.controls: list[str] = []
+        self.graces: list[float | None] = []
         self.closed = False
 
     def push(self, events: list[dict[str, Any]]) -> None:
@@ -33,8 +34,9 @@ class QueueFeed(Feed):
                 return
             yield batch
 
-    def control(self, action: str) -> bool:
+    def control(self, action: str, grace: float | None = None) -> bool:
         self.controls.append(action)
+        self.graces.append(grace)
         return True
 
     def close(self) -> None:
