@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from helpers import ROOT, ctmon
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_faults import (
     JOB,
@@ -516,3 +516,112 @@ def test_fuzz_the_live_sockets(tmp_path, rt) -> None:  # type: ignore[no-untyped
         kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
     measure("socket fuzzing", examples=counts["examples"], rc=rc, steps=report["steps"]["count"],
             recording_events=len(events), kinds=kinds)
+
+
+# ------------------------------------- fuzzing TCP hellos and agent values
+
+_surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=4)
+_any_text = st.one_of(st.text(max_size=20), _surrogates, st.sampled_from(["…", "é", "\x00", "tok\u2028en", "🔑"]))
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _any_text,
+                    st.sampled_from([10**400, -(2**63), 1e308]))
+_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_any_text, inner, max_size=3),
+                      max_leaves=8)
+
+
+def _deep(n: int, kind: str = "hello") -> bytes:
+    return b'{"kind":"' + kind.encode() + b'","t":1,"token":' + b"[" * n + b"]" * n + b"}\n"
+
+
+_raw = st.sampled_from([
+    _deep(900), _deep(40), _deep(100_000), _deep(900, "note"), b"\x00" * 64 + b"\n", b"\xff\xfe\xfd\n",
+    b'{"kind":"hello","t":1,"token":"\xff\xfe"}\n', b'{"kind":"hello","token":"\\ud800"}\n',
+    b'{"kind":"process","t":1,"step_ring":"a\\u0000b"}\n', b'{"kind":"process","t":1,"step_ring":7}\n',
+    b'{"kind":"hello","t":1,"token":"' + b"x" * (300 << 10) + b'"}\n', b"A" * (1100 << 10) + b"\n",
+    b'{"kind":"note","t":1e999,"message":NaN}\n', b'{"kind":"hello","t":1,"token":' + b"9" * 5000 + b"}\n",
+])
+
+
+def _json_line(obj: Any) -> bytes:
+    return json.dumps(obj, allow_nan=True).encode() + b"\n"
+
+
+_hellos = st.fixed_dictionaries({"kind": st.just("hello"), "t": _scalar, "token": st.one_of(_any_text, _value)}
+                                ).map(_json_line)
+_lines = st.one_of(
+    _value.map(_json_line),  # hellos and events of every JSON type: null, numbers, lists, ...
+    _hellos,
+    st.fixed_dictionaries({"kind": st.sampled_from(["note", "process", "compile", "graph_break", "control", "hello"]),
+                           "t": _scalar}, optional={"message": _value, "step_ring": _value, "token": _value,
+                                                    "action": _value, "grace": _value, "compile_id": _value}
+                          ).map(_json_line),
+    _raw,
+    st.binary(max_size=200),
+)
+
+
+def test_fuzz_tcp_hellos_and_agent_values(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
+    """Hypothesis sends hellos of every JSON type (tokens of every type,
+    non-ASCII, surrogates), deep and huge values, NUL bytes and invalid
+    UTF-8 to the TCP port, the viewer socket and the agent socket of a live
+    `ctmon record --listen` while the job steps; the supervisor and the job
+    live on, the job's exit code and every step are in the recording, and a
+    viewer with the token is still served."""
+    tmp = str(tmp_path)
+    done = os.path.join(tmp, "done")
+    args = ["--steps", "400", "--step-ms", "5", "--print-every", "50", "--done", done]
+    ref = reference(args, tmp)
+    counts = {"examples": 0, "tcp": 0, "viewer": 0, "agent": 0}
+    with recording(tmp, args, env_for(rt), options=["--listen", "127.0.0.1:0"]) as run:
+        host, port, token = _tcp_address(run)
+        vpath = viewer_socket(rt)
+        apath = os.path.join(os.path.dirname(vpath), "agent.sock")
+        t0 = time.monotonic()
+
+        @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @example(which="tcp", first=_json_line({"kind": "hello", "t": 1, "token": "tok…en"}), lines=[])
+        @example(which="agent", first=_deep(900, "note"), lines=[])
+        @given(which=st.sampled_from(["tcp", "tcp", "agent", "viewer"]), first=_hellos | _lines,
+               lines=st.lists(_lines, max_size=3))
+        def poke(which: str, first: bytes, lines: list[bytes]) -> None:
+            lines = [first, *lines]  # a TCP peer's first line is its hello (or what stands for one)
+            counts["examples"] += 1
+            counts[which] += 1
+            if which == "tcp":
+                s = socket.create_connection((host, port), timeout=5)
+            else:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(vpath if which == "viewer" else apath)
+            try:
+                for line in lines:
+                    if which == "viewer" and b'"action"' in line:
+                        continue  # a viewer may signal the job: that is its right, not a fault
+                    s.sendall(line)
+                s.shutdown(socket.SHUT_WR)
+                _drain(s, 0.01)
+            except OSError:
+                pass
+            finally:
+                s.close()
+            assert run.proc.poll() is None, run.stderr()[-3000:]
+
+        poke()
+        fuzz_s = time.monotonic() - t0
+        good = socket.create_connection((host, port), timeout=5)
+        try:
+            good.sendall(json.dumps({"kind": "hello", "t": 1.0, "token": token}).encode() + b"\n")
+            first = _drain(good, 1.0).split(b"\n", 1)[0]
+        finally:
+            good.close()
+        wait_until(lambda: os.path.exists(done), 60, "the job's steps")
+        open(done + ".go", "w").close()
+        rc = run.wait(60)
+    assert json.loads(first)["kind"] == "session"
+    assert rc == ref.rc == 0, run.stderr()[-3000:]
+    assert "Traceback" not in run.stderr()
+    events, report = assert_complete(run.rec, ref.steps, ref)
+    rep = ctmon("report", run.rec, "--json")
+    assert rep.returncode == 0, rep.stderr
+    summary = json.loads(rep.stdout)
+    assert summary["steps"]["count"] == ref.steps
+    measure("tcp/agent fuzzing", fuzz_s=round(fuzz_s, 1), rc=rc, steps=summary["steps"]["count"],
+            recording_events=len(events), **counts)
