@@ -362,3 +362,24 @@ def test_stop_grace_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = ctmon("attach", "--stop-grace", "soon", JOB)
     assert out.returncode == 2
     assert out.stderr == "ctmon: attach: --stop-grace must be a number of seconds >= 0 (0: never SIGKILL), not 'soon'\n"
+
+
+def test_stop_grace_from_a_viewer_is_bounded() -> None:
+    """Whatever `grace` a viewer sends, the supervisor takes a sane one and never raises."""
+    from ctmon.launch.supervisor import MAX_STOP_GRACE_S, Supervisor
+
+    class Running:
+        returncode = None
+
+    sup = Supervisor.__new__(Supervisor)
+    sent: list[int] = []
+    sup.proc = Running()  # type: ignore[assignment]
+    sup._signal_job = lambda sig, group: sent.append(sig)  # type: ignore[method-assign]
+    sup._emit = lambda ev: None  # type: ignore[method-assign]
+    for grace, want in ((5, 5.0), (0, None), (10**400, MAX_STOP_GRACE_S), (1e308, MAX_STOP_GRACE_S),
+                        (-1, 30.0), (float("nan"), 30.0), (True, 30.0), ("5", 30.0), (None, 30.0), ([1], 30.0)):
+        t0 = time.monotonic()
+        sup._stop_job(grace)
+        got = None if sup._kill_at is None else round(sup._kill_at - t0)
+        assert got == (None if want is None else round(want)), (grace, got)
+    assert sent == [signal.SIGTERM] * 10

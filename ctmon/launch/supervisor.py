@@ -690,7 +690,7 @@ class Supervisor:
         even when the viewer quits or its connection drops meanwhile."""
         g = protocol.DEFAULT_STOP_GRACE_S
         if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace == grace and grace >= 0:
-            g = min(float(grace), MAX_STOP_GRACE_S)
+            g = MAX_STOP_GRACE_S if grace > MAX_STOP_GRACE_S else float(grace)  # 10**400 is an int: no float()
         p = self.proc
         if p is None or p.returncode is not None:
             return
