@@ -43,7 +43,7 @@ from typing import Any
 
 import ctmon
 from ctmon import protocol
-from ctmon.launch.spec import JobSpec
+from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
 from ctmon.store import ExitInfo, Session
 
@@ -199,6 +199,8 @@ class Supervisor:
         env = dict(os.environ)
         env.update(self.opts.extra_env)
         env["CTMON_AGENT_SOCKET"] = self.agent_path
+        env.pop("CTMON_AGENT_PID", None)  # the job claims it (see ctmon/agent/site)
+        env["PYTHONPATH"] = job_python_path(env.get("PYTHONPATH"))
         env["CTMON_SESSION"] = self.opts.session_id
         env["CTMON_SESSION_DIR"] = self.opts.session_dir
         attach = self.opts.mode == "attach"
