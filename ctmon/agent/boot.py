@@ -20,6 +20,7 @@ def start() -> None:
     path = os.environ.get("CTMON_AGENT_SOCKET")
     if not path:
         return
+    filled = _fill_free_std_fds()
     try:
         from ctmon.agent.channel import connect
         from ctmon.agent.core import Agent
@@ -36,4 +37,25 @@ def start() -> None:
         atexit.register(agent.close)
     except Exception as exc:  # never keep the job from running
         sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
+    finally:
+        for fd in filled:
+            os.close(fd)
 
+
+
+
+def _fill_free_std_fds() -> list[int]:
+    """A job started with fd 0, 1 or 2 closed must find it closed: while the
+    agent opens its socket and step ring (mmap keeps a dup of its fd), those
+    numbers hold /dev/null, and are closed again afterwards."""
+    filled = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            filled.append(fd)
+    return filled

@@ -43,12 +43,14 @@ from typing import Any
 
 import ctmon
 from ctmon import protocol
+from ctmon.launch import relay, stdfds
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
 from ctmon.store import ExitInfo, Session
 
 READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
+HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children
 VIEWER_GRACE_S = 5.0
 AUTH_TIMEOUT_S = 5.0
 REGISTRY_INTERVAL_S = 2.0
@@ -137,6 +139,7 @@ class Supervisor:
         self._stop_sampler = threading.Event()
         self._pidfd = -1
         self._next_registry = 0.0
+        self._last_output = 0.0
         self.tcp_sock: socket.socket | None = None
         self.tcp_address: str | None = None
         self.token: str | None = None
@@ -176,9 +179,12 @@ class Supervisor:
             except OSError:
                 self._outlog = None
 
-    def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream]:
-        """A pty when the job should see a terminal, else a pipe."""
+    def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream] | None:
+        """A pty when the job should see a terminal, else a pipe; None when
+        ctmon itself was started with that fd closed (the job gets it closed)."""
         attach = self.opts.mode == "attach"
+        if not attach and our_fd in stdfds.closed():
+            return None
         passthrough = None if attach else our_fd
         use_pty = attach or _isatty(our_fd)
         if use_pty:
@@ -193,9 +199,9 @@ class Supervisor:
         return child_end, _Stream(name, ours, passthrough)
 
     def _spawn(self) -> None:
-        out_child, out_stream = self._make_stream("stdout", 1)
-        err_child, err_stream = self._make_stream("stderr", 2)
-        self.streams = [out_stream, err_stream]
+        made = [self._make_stream("stdout", 1), self._make_stream("stderr", 2)]
+        self.streams = [m[1] for m in made if m is not None]
+        child_ends = [m[0] if m is not None else None for m in made]
         env = dict(os.environ)
         env.update(self.opts.extra_env)
         env["CTMON_AGENT_SOCKET"] = self.agent_path
@@ -205,20 +211,25 @@ class Supervisor:
         env["CTMON_SESSION_DIR"] = self.opts.session_dir
         attach = self.opts.mode == "attach"
         stdin: Any = subprocess.DEVNULL if attach else None
+        # std fds the user closed for ctmon are closed for the job as well
+        # (they hold /dev/null here only so that no socket lands on them)
+        closed = not attach and bool(stdfds.closed())
         try:
             self.proc = subprocess.Popen(
                 self.spec.argv(),
                 cwd=self.spec.cwd,
                 env=env,
                 stdin=stdin,
-                stdout=out_child,
-                stderr=err_child,
+                stdout=child_ends[0],
+                stderr=child_ends[1],
                 close_fds=True,
                 start_new_session=attach,
+                preexec_fn=stdfds.close_in_child if closed else None,
             )
         finally:
-            os.close(out_child)
-            os.close(err_child)
+            for fd in child_ends:
+                if fd is not None:
+                    os.close(fd)
         for st in self.streams:
             self.sel.register(st.fd, selectors.EVENT_READ, ("stream", st))
         try:
@@ -329,7 +340,15 @@ class Supervisor:
                     self._pidfd = -1
             if exited_at is not None:
                 drained = not any(s.open for s in self.streams) and not self.agents
-                if drained or time.monotonic() - exited_at > DRAIN_TIMEOUT_S:
+                if drained:
+                    return
+                waited = time.monotonic() - exited_at
+                # Streams still open once the job and its agent are gone: a
+                # child of the job holds them. It keeps printing where python
+                # would have let it (see _hand_off_streams); we are done.
+                idle = not self.agents and time.monotonic() - self._last_output > HANDOFF_IDLE_S
+                if waited > DRAIN_TIMEOUT_S or (idle and waited > HANDOFF_IDLE_S):
+                    self._hand_off_streams()
                     return
 
     # ------------------------------------------------------------- recording
@@ -404,6 +423,9 @@ class Supervisor:
         if st.passthrough_fd is not None:
             try:
                 _write_all(st.passthrough_fd, data)
+            except BrokenPipeError:
+                self._reader_gone(st, data)
+                return
             except OSError:
                 st.passthrough_fd = None  # our terminal went away; keep recording
         if self._outlog is not None:
@@ -411,9 +433,31 @@ class Supervisor:
                 self._outlog.write(data)
             except OSError:
                 self._outlog = None
+        self._last_output = time.monotonic()
         text = st.decoder.decode(data)
         if text:
             self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+
+    def _reader_gone(self, st: _Stream, data: bytes) -> None:
+        """Whoever read our output is gone (``ctmon record job.py | head -1``).
+
+        Without ctmon the job's own next write would fail (SIGPIPE, or
+        BrokenPipeError under python): closing our end of its pipe makes
+        that write fail the same way. What it had written still counts."""
+        if self._outlog is not None:
+            try:
+                self._outlog.write(data)
+            except OSError:
+                self._outlog = None
+        text = st.decoder.decode(data, final=True)
+        if text:
+            self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon",
+                    "message": f"the reader of ctmon's {st.name} went away (broken pipe); "
+                               f"the job's {st.name} was closed, as it would have been without ctmon"})
+        st.open = False
+        self.sel.unregister(st.fd)
+        os.close(st.fd)
 
     def _accept_agent(self) -> None:
         try:
@@ -479,6 +523,31 @@ class Supervisor:
                     lost -= 1
                 self._steps_lost += lost
                 self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
+
+    def _hand_off_streams(self) -> None:
+        """Leave the streams a child of the job still holds to a relay process."""
+        left = [st for st in self.streams if st.open]
+        if not left:
+            return
+        outlog_fd = None
+        if self._outlog is not None:
+            try:
+                self._outlog.flush()
+                outlog_fd = self._outlog.fileno()
+            except (OSError, ValueError):
+                outlog_fd = None
+        pairs = [(st.fd, st.passthrough_fd) for st in left]
+        started = relay.start(pairs, outlog_fd)
+        names = " and ".join(st.name for st in left)
+        where = "ctmon's own output" if self.opts.mode == "record" else "the output log"
+        msg = (f"a process the job started still holds its {names}; what it writes after the job's exit goes to "
+               f"{where}, not into this recording" if started else
+               f"a process the job started still holds its {names}; its later output is lost (no relay)")
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon", "message": msg})
+        for st in left:
+            st.open = False
+            self.sel.unregister(st.fd)
+            os.close(st.fd)
 
     # --------------------------------------------------------------- viewers
 
