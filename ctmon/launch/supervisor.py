@@ -43,7 +43,7 @@ from typing import Any
 
 import ctmon
 from ctmon import protocol
-from ctmon.launch import relay, stdfds
+from ctmon.launch import execwatch, relay, stdfds
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
 from ctmon.store import ExitInfo, Session
@@ -97,6 +97,14 @@ class _Ring:
         self.path = path
         self.reader = RingReader(ring)
         self.decoder = StepDecoder()
+        # A program the job exec'd into starts a new ring counting from 0:
+        # its steps of the same source continue the previous ring's indices.
+        self.follows_src: str | None = None
+        self.offset = 0
+
+    def next_index(self) -> tuple[str, int]:
+        src = self.decoder.src
+        return src, self.decoder.next_idx + (self.offset if src == self.follows_src else 0)
 
 
 class _Viewer:
@@ -140,6 +148,7 @@ class Supervisor:
         self._pidfd = -1
         self._next_registry = 0.0
         self._last_output = 0.0
+        self._exec_watch: execwatch.ExecWatch | None = None
         self.tcp_sock: socket.socket | None = None
         self.tcp_address: str | None = None
         self.token: str | None = None
@@ -232,6 +241,7 @@ class Supervisor:
                     os.close(fd)
         for st in self.streams:
             self.sel.register(st.fd, selectors.EVENT_READ, ("stream", st))
+        self._exec_watch = execwatch.ExecWatch(self.proc.pid)
         try:
             self._pidfd = os.pidfd_open(self.proc.pid)
             self.sel.register(self._pidfd, selectors.EVENT_READ, ("pidfd", None))
@@ -332,6 +342,7 @@ class Supervisor:
             if now >= self._next_registry:
                 self._next_registry = now + REGISTRY_INTERVAL_S
                 self._write_session_file("running")
+            self._check_exec(alive=exited_at is None)
             if exited_at is None and self.proc.poll() is not None:
                 exited_at = time.monotonic()
                 if self._pidfd >= 0:
@@ -480,6 +491,7 @@ class Supervisor:
         except OSError:
             data = b""
         if not data:
+            self._agent_gone(a)
             self.sel.unregister(a.sock)
             a.sock.close()
             self.agents.remove(a)
@@ -496,13 +508,30 @@ class Supervisor:
                 self._open_ring(ev["step_ring"])
             self._write_line(line + b"\n", ev)
 
+    def _agent_gone(self, a: _Agent) -> None:
+        if self._exec_watch is not None:
+            self._exec_watch.agent_closed(execwatch.peer_pid(a.sock))
+
+    def _check_exec(self, alive: bool) -> None:
+        """A note when the job exec'd into a program that has no agent."""
+        if self._exec_watch is None:
+            return
+        pids = [execwatch.peer_pid(a.sock) for a in self.agents] if self._exec_watch.closed_at is not None else []
+        msg = self._exec_watch.check(pids, alive)
+        if msg:
+            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon", "message": msg})
+
     def _open_ring(self, path: str) -> None:
         # Only rings inside our own private session directory.
         real = os.path.realpath(path)
         if os.path.dirname(real) != os.path.realpath(self.opts.session_dir) or any(r.path == real for r in self.rings):
             return
         try:
-            self.rings.append(_Ring(real, StepRing.open(real)))
+            ring = _Ring(real, StepRing.open(real))
+            if self.rings:  # only the job writes steps: a second ring is its exec'd successor
+                self._drain_rings()
+                ring.follows_src, ring.offset = self.rings[-1].next_index()
+            self.rings.append(ring)
         except (OSError, RingError) as e:
             self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
                         "message": f"cannot read step boundaries: {e}"})
@@ -514,6 +543,8 @@ class Supervisor:
                 continue
             now_wall, now_ns = time.time(), time.perf_counter_ns()
             for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
+                if r.offset and ev.get("src") == r.follows_src:
+                    ev["i0"] += r.offset
                 self._emit(ev)
             if lost:
                 # a lost switch slot is not a lost step
@@ -741,6 +772,7 @@ class Supervisor:
 
     def _finish(self) -> None:
         self._drain_rings()  # every boundary the job wrote, even if it was killed
+        self._check_exec(alive=False)
         p = self.proc
         if p is not None:
             rc = p.wait()
