@@ -37,6 +37,10 @@ class Feed:
     def control(self, action: str) -> bool:
         return False
 
+    def send_stdin(self, data: str) -> bool:
+        """Input for the job's stdin (a job started by ``attach``)."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -165,6 +169,15 @@ class SocketFeed(Feed):
         if action not in ("interrupt", "terminate", "kill"):
             return False
         msg = protocol.encode({"kind": "control", "t": time.time(), "action": action})
+        try:
+            with self._lock:
+                self._sock.sendall(msg)
+            return True
+        except OSError:
+            return False
+
+    def send_stdin(self, data: str) -> bool:
+        msg = protocol.encode({"kind": "control", "t": time.time(), "action": "stdin", "data": data})
         try:
             with self._lock:
                 self._sock.sendall(msg)

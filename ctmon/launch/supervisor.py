@@ -50,6 +50,7 @@ from ctmon.store import ExitInfo, Session
 
 READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
+MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
 HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children
 VIEWER_GRACE_S = 5.0
 AUTH_TIMEOUT_S = 5.0
@@ -219,7 +220,10 @@ class Supervisor:
         env["CTMON_SESSION"] = self.opts.session_id
         env["CTMON_SESSION_DIR"] = self.opts.session_dir
         attach = self.opts.mode == "attach"
-        stdin: Any = subprocess.DEVNULL if attach else None
+        # attach: the job's stdin is its terminal (the pty its output goes
+        # to), as in a terminal; the viewer types into it (_job_stdin).
+        # record: ctmon's own stdin, unchanged.
+        stdin: Any = (child_ends[0] if child_ends[0] is not None else subprocess.DEVNULL) if attach else None
         # std fds the user closed for ctmon are closed for the job as well
         # (they hold /dev/null here only so that no socket lands on them)
         closed = not attach and bool(stdfds.closed())
@@ -448,6 +452,20 @@ class Supervisor:
         text = st.decoder.decode(data)
         if text:
             self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+
+    def _job_stdin(self, data: Any) -> None:
+        """A line a viewer typed for the job (attach: its stdin is the pty)."""
+        st = self.streams[0] if self.streams and self.opts.mode == "attach" else None
+        if not isinstance(data, str) or not data or st is None or not st.open:
+            return
+        raw = data.encode("utf-8", "replace")[:MAX_STDIN_BYTES]
+        try:
+            os.write(st.fd, raw)  # the pty echoes it into the output, as a terminal would
+        except OSError as e:
+            msg = f"could not pass input to the job: {e.strerror or e}"
+        else:
+            msg = f"passed {len(raw)} bytes of input to the job's stdin"
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon", "message": msg})
 
     def _reader_gone(self, st: _Stream, data: bytes) -> None:
         """Whoever read our output is gone (``ctmon record job.py | head -1``).
@@ -685,6 +703,8 @@ class Supervisor:
                 continue
             if msg is None or msg.get("kind") != "control":
                 continue
+            if msg.get("action") == "stdin":
+                self._job_stdin(msg.get("data"))
             sig = CONTROL_SIGNALS.get(str(msg.get("action")))
             if sig is not None:
                 self._signal_job(sig, group=True)

@@ -18,6 +18,7 @@ class QueueFeed(Feed):
         self.name = "queue"
         self._q: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
         self.controls: list[str] = []
+        self.stdin: list[str] = []
         self.closed = False
 
     def push(self, events: list[dict[str, Any]]) -> None:
@@ -35,6 +36,10 @@ class QueueFeed(Feed):
 
     def control(self, action: str) -> bool:
         self.controls.append(action)
+        return True
+
+    def send_stdin(self, data: str) -> bool:
+        self.stdin.append(data)
         return True
 
     def close(self) -> None:
