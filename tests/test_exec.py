@@ -18,7 +18,7 @@ def f(x):
 
 f(torch.ones(3))
 ctmon.step(); ctmon.step()
-time.sleep(0.2)  # the agent's sender flushes every 50 ms; exec runs no atexit
+print("about to exec", flush=True)
 os.execv(sys.executable, [sys.executable, os.path.join(os.path.dirname(__file__), "second.py")])
 """
 
@@ -65,3 +65,16 @@ def test_exec_into_another_program_is_noted(tmp_path):
     notes = [e["message"] for e in run.events() if e["kind"] == "note"]
     assert any("cannot follow" in m and "/bin/sh" in m for m in notes), notes
     assert sys.executable  # (the job ran under the same interpreter ctmon did)
+
+
+def test_events_queued_at_the_exec_are_sent_first(tmp_path):
+    # A record the agent's sender would only send on its next 50 ms tick.
+    (tmp_path / "job.py").write_text(
+        "import gc, os\n"
+        "from ctmon.agent.channel import Channel\n"
+        "channel = next(o for o in gc.get_objects() if isinstance(o, Channel))\n"
+        "channel.put(('event', {'kind': 'note', 't': 0.0, 'level': 'info', 'source': 'job', 'message': 'queued'}))\n"
+        "os.execv('/bin/true', ['/bin/true'])\n")
+    run = record(tmp_path, [str(tmp_path / "job.py")], torch_trace=False, timeout=120)
+    assert run.returncode == 0, run.proc.stderr
+    assert [e["message"] for e in run.events() if e["kind"] == "note" and e.get("source") == "job"] == ["queued"]

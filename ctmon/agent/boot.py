@@ -33,6 +33,7 @@ def start() -> None:
         agent = Agent(sock)
         agent.start(os.environ.get("CTMON_SESSION_DIR"))
         watch_torch_import(agent)
+        agent.hook_exec()  # events queued before an os.execv are sent first
         # Registered before any user code: runs after the job's own handlers.
         atexit.register(agent.close)
     except Exception as exc:  # never keep the job from running

@@ -85,6 +85,43 @@ class Agent:
         _api._step_impl = None
         self.channel.close()
 
+    def flush_before_exec(self) -> None:
+        """Send what is queued now: ``os.execv`` replaces the process without
+        running ``atexit``. Bounded, and never raises (the exec must happen)."""
+        ch = self.channel
+        sock = ch._sock
+        if ch.disabled or sock is None or os.getpid() != ch.pid:
+            return
+        try:
+            sock.settimeout(EXEC_FLUSH_TIMEOUT_S)
+            ch._flush()
+            sock.settimeout(None)
+        except Exception:
+            pass
+
+    def hook_exec(self) -> None:
+        """Wrap os.execv/os.execve (the execl*/execvp* family calls them)."""
+        for name in ("execv", "execve"):
+            real = getattr(os, name, None)
+            if real is None or getattr(real, "_ctmon_wrapped", False):
+                continue
+            os.__dict__[name] = _flushing_exec(real, self)
+
+
+EXEC_FLUSH_TIMEOUT_S = 2.0
+
+
+def _flushing_exec(real: Any, agent: Agent) -> Any:
+    import functools
+
+    @functools.wraps(real)
+    def execv(*args: Any, **kwargs: Any) -> Any:
+        agent.flush_before_exec()
+        return real(*args, **kwargs)
+
+    execv._ctmon_wrapped = True  # type: ignore[attr-defined]
+    return execv
+
 
 def _create_ring(session_dir: str) -> tuple[str, StepRing]:
     """A fresh ring file: a process that exec'd into another Python program
