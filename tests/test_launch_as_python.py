@@ -139,3 +139,13 @@ def test_the_hook_is_inert_outside_a_monitored_job(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "[]\n" and out.stderr == ""
+
+
+def test_importing_sitecustomize_again_starts_no_second_agent(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import importlib, sys\nsys.modules.pop('sitecustomize', None)\n"
+                      "sys.path.insert(0, sys.argv[1])\nimportlib.import_module('sitecustomize')\nprint('ok')\n")
+    run = record(tmp_path, [str(script), os.path.dirname(SITE)], torch_trace=False, options=["-q"])
+    assert run.returncode == 0, run.proc.stderr
+    assert run.proc.stdout == "ok\n"
+    assert len(_processes(run)) == 1

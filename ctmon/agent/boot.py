@@ -14,12 +14,19 @@ import atexit
 import os
 import sys
 
+_started = False
+
 
 def start() -> None:
-    """Connect to the supervisor and install the hooks; never raises."""
+    """Connect to the supervisor and install the hooks; never raises.
+
+    Once per process image: a second import of the hook (user code that
+    imports ``sitecustomize`` again) finds the agent running."""
+    global _started
     path = os.environ.get("CTMON_AGENT_SOCKET")
-    if not path:
+    if not path or _started:
         return
+    _started = True
     filled = _fill_free_std_fds()
     try:
         from ctmon.agent.channel import connect
