@@ -37,6 +37,10 @@ class Feed:
     def control(self, action: str, grace: float | None = None) -> bool:
         return False
 
+    def send_stdin(self, data: str) -> bool:
+        """Input for the job's stdin (a job started by ``attach``)."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -207,6 +211,15 @@ class SocketFeed(Feed):
         if action == "stop" and grace is not None:
             ev["grace"] = grace
         msg = protocol.encode(ev)
+        try:
+            with self._lock:
+                self._sock.sendall(msg)
+            return True
+        except OSError:
+            return False
+
+    def send_stdin(self, data: str) -> bool:
+        msg = protocol.encode({"kind": "control", "t": time.time(), "action": "stdin", "data": data})
         try:
             with self._lock:
                 self._sock.sendall(msg)

@@ -68,9 +68,9 @@ class Agent:
     def start(self, session_dir: str | None = None) -> None:
         hello = process_event(self.anchor_ns, self.anchor_wall)
         if session_dir:
-            path = os.path.join(session_dir, f"steps-{os.getpid()}.ring")
             try:
-                self.clock.attach_ring(StepRing.create(path, ring_capacity()))
+                path, ring = _create_ring(session_dir)
+                self.clock.attach_ring(ring)
                 hello["step_ring"] = path
             except OSError as e:
                 hello["step_ring_error"] = e.strerror or str(e)
@@ -84,6 +84,67 @@ class Agent:
     def close(self) -> None:
         _api._step_impl = None
         self.channel.close()
+
+    def flush_before_exec(self) -> None:
+        """Send what is queued now: ``os.execv`` replaces the process without
+        running ``atexit``. Bounded, and never raises (the exec must happen)."""
+        ch = self.channel
+        sock = ch._sock
+        if ch.disabled or sock is None or os.getpid() != ch.pid:
+            return
+        try:
+            sock.settimeout(EXEC_FLUSH_TIMEOUT_S)
+            ch._flush()
+            sock.settimeout(None)
+        except Exception:
+            pass
+
+    def hook_exec(self) -> None:
+        """Wrap os.execv/os.execve (the execl*/execvp* family calls them)."""
+        for name in ("execv", "execve"):
+            real = getattr(os, name, None)
+            if real is None or getattr(real, "_ctmon_wrapped", False):
+                continue
+            os.__dict__[name] = _flushing_exec(real, self)
+
+
+EXEC_FLUSH_TIMEOUT_S = 2.0
+
+
+def _flushing_exec(real: Any, agent: Agent) -> Any:
+    import functools
+
+    @functools.wraps(real)
+    def execv(*args: Any, **kwargs: Any) -> Any:
+        agent.flush_before_exec()
+        return real(*args, **kwargs)
+
+    execv._ctmon_wrapped = True  # type: ignore[attr-defined]
+    return execv
+
+
+def _create_ring(session_dir: str) -> tuple[str, StepRing]:
+    """A fresh ring file: a process that exec'd into another Python program
+    keeps its pid, and its new agent must not collide with the old ring."""
+    pid = os.getpid()
+    for n in range(100):
+        path = os.path.join(session_dir, f"steps-{pid}.ring" if n == 0 else f"steps-{pid}-{n}.ring")
+        try:
+            return path, StepRing.create(path, ring_capacity())
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free step ring name for pid {pid}")
+
+
+def _argv() -> list[str]:
+    # Under ``python -m`` the agent starts before runpy has put the module's
+    # path into argv[0]; name the module the way the command line does.
+    argv = list(sys.argv)
+    orig = getattr(sys, "orig_argv", None)
+    if argv[:1] == ["-m"] and orig and "-m" in orig:
+        i = orig.index("-m")
+        argv = orig[i : i + 2] + argv[1:]
+    return argv
 
 
 def ring_capacity() -> int:
@@ -103,7 +164,7 @@ def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
         "t": anchor_wall,
         "pid": os.getpid(),
         "ppid": os.getppid(),
-        "argv": [protocol.clip(a, 2000) for a in sys.argv[:200]],
+        "argv": [protocol.clip(a, 2000) for a in _argv()[:200]],
         "executable": sys.executable,
         "python": sys.version.split()[0],
         "cwd": os.getcwd(),

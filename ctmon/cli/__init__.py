@@ -48,6 +48,9 @@ def _commands() -> dict[str, Callable[[list[str]], int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ctmon.launch.stdfds import reserve
+
+    reserve()  # before anything opens a file: no socket may land on fd 0-2
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)

@@ -11,7 +11,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-_CTMON_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Prepended to the job's PYTHONPATH: its sitecustomize starts the agent.
+SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "site")
+
+
+def job_python_path(existing: str | None) -> str:
+    """The hook directory first, the user's own PYTHONPATH after it."""
+    return SITE_DIR + (os.pathsep + existing if existing else "")
 
 
 class UsageError(Exception):
@@ -27,14 +33,12 @@ class JobSpec:
     python: str = sys.executable
 
     def argv(self) -> list[str]:
-        # ctmon may run from a source tree that is not on the job's sys.path:
-        # put it there just long enough to import the boot module.
-        code = (
-            f"import sys;sys.path.insert(0,{_CTMON_PARENT!r});"
-            "__import__('ctmon.agent.boot');sys.path.pop(0);"
-            "sys.modules['ctmon.agent.boot'].main()"
-        )
-        return [self.python, "-c", code, self.mode, self.target, *self.args]
+        """The job's real command line: the agent comes in through PYTHONPATH
+        (see ctmon/agent/site), so python itself sets up argv, sys.path,
+        __main__, tracebacks and the exit status."""
+        if self.mode == "module":
+            return [self.python, "-m", self.target, *self.args]
+        return [self.python, self.target, *self.args]
 
     def display(self) -> list[str]:
         if self.mode == "module":

@@ -44,12 +44,15 @@ from typing import Any
 
 import ctmon
 from ctmon import protocol
-from ctmon.launch.spec import JobSpec
+from ctmon.launch import execwatch, relay, stdfds
+from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
 from ctmon.store import ExitInfo, Session
 
 READ_SIZE = 16 * 1024
 DRAIN_TIMEOUT_S = 2.0
+MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
+HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children
 VIEWER_GRACE_S = 5.0
 AUTH_TIMEOUT_S = 5.0
 MAX_HALF_OPEN = 16  # TCP peers waiting to authenticate; the oldest is dropped for a new one
@@ -100,6 +103,14 @@ class _Ring:
         self.path = path
         self.reader = RingReader(ring)
         self.decoder = StepDecoder()
+        # A program the job exec'd into starts a new ring counting from 0:
+        # its steps of the same source continue the previous ring's indices.
+        self.follows_src: str | None = None
+        self.offset = 0
+
+    def next_index(self) -> tuple[str, int]:
+        src = self.decoder.src
+        return src, self.decoder.next_idx + (self.offset if src == self.follows_src else 0)
 
 
 class _Viewer:
@@ -142,6 +153,8 @@ class Supervisor:
         self._stop_sampler = threading.Event()
         self._pidfd = -1
         self._next_registry = 0.0
+        self._last_output = 0.0
+        self._exec_watch: execwatch.ExecWatch | None = None
         self.tcp_sock: socket.socket | None = None
         self.tcp_address: str | None = None
         self.token: str | None = None
@@ -184,9 +197,12 @@ class Supervisor:
             except OSError:
                 self._outlog = None
 
-    def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream]:
-        """A pty when the job should see a terminal, else a pipe."""
+    def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream] | None:
+        """A pty when the job should see a terminal, else a pipe; None when
+        ctmon itself was started with that fd closed (the job gets it closed)."""
         attach = self.opts.mode == "attach"
+        if not attach and our_fd in stdfds.closed():
+            return None
         passthrough = None if attach else our_fd
         use_pty = attach or _isatty(our_fd)
         if use_pty:
@@ -201,32 +217,43 @@ class Supervisor:
         return child_end, _Stream(name, ours, passthrough)
 
     def _spawn(self) -> None:
-        out_child, out_stream = self._make_stream("stdout", 1)
-        err_child, err_stream = self._make_stream("stderr", 2)
-        self.streams = [out_stream, err_stream]
+        made = [self._make_stream("stdout", 1), self._make_stream("stderr", 2)]
+        self.streams = [m[1] for m in made if m is not None]
+        child_ends = [m[0] if m is not None else None for m in made]
         env = dict(os.environ)
         env.update(self.opts.extra_env)
         env["CTMON_AGENT_SOCKET"] = self.agent_path
+        env.pop("CTMON_AGENT_PID", None)  # the job claims it (see ctmon/agent/site)
+        env["PYTHONPATH"] = job_python_path(env.get("PYTHONPATH"))
         env["CTMON_SESSION"] = self.opts.session_id
         env["CTMON_SESSION_DIR"] = self.opts.session_dir
         attach = self.opts.mode == "attach"
-        stdin: Any = subprocess.DEVNULL if attach else None
+        # attach: the job's stdin is its terminal (the pty its output goes
+        # to), as in a terminal; the viewer types into it (_job_stdin).
+        # record: ctmon's own stdin, unchanged.
+        stdin: Any = (child_ends[0] if child_ends[0] is not None else subprocess.DEVNULL) if attach else None
+        # std fds the user closed for ctmon are closed for the job as well
+        # (they hold /dev/null here only so that no socket lands on them)
+        closed = not attach and bool(stdfds.closed())
         try:
             self.proc = subprocess.Popen(
                 self.spec.argv(),
                 cwd=self.spec.cwd,
                 env=env,
                 stdin=stdin,
-                stdout=out_child,
-                stderr=err_child,
+                stdout=child_ends[0],
+                stderr=child_ends[1],
                 close_fds=True,
                 start_new_session=attach,
+                preexec_fn=stdfds.close_in_child if closed else None,
             )
         finally:
-            os.close(out_child)
-            os.close(err_child)
+            for fd in child_ends:
+                if fd is not None:
+                    os.close(fd)
         for st in self.streams:
             self.sel.register(st.fd, selectors.EVENT_READ, ("stream", st))
+        self._exec_watch = execwatch.ExecWatch(self.proc.pid)
         try:
             self._pidfd = os.pidfd_open(self.proc.pid)
             self.sel.register(self._pidfd, selectors.EVENT_READ, ("pidfd", None))
@@ -325,6 +352,7 @@ class Supervisor:
             if now >= self._next_registry:
                 self._next_registry = now + REGISTRY_INTERVAL_S
                 self._write_session_file("running")
+            self._check_exec(alive=exited_at is None)
             if exited_at is None and self.proc.poll() is not None:
                 exited_at = time.monotonic()
                 if self._pidfd >= 0:
@@ -333,7 +361,15 @@ class Supervisor:
                     self._pidfd = -1
             if exited_at is not None:
                 drained = not any(s.open for s in self.streams) and not self.agents
-                if drained or time.monotonic() - exited_at > DRAIN_TIMEOUT_S:
+                if drained:
+                    return
+                waited = time.monotonic() - exited_at
+                # Streams still open once the job and its agent are gone: a
+                # child of the job holds them. It keeps printing where python
+                # would have let it (see _hand_off_streams); we are done.
+                idle = not self.agents and time.monotonic() - self._last_output > HANDOFF_IDLE_S
+                if waited > DRAIN_TIMEOUT_S or (idle and waited > HANDOFF_IDLE_S):
+                    self._hand_off_streams()
                     return
 
     # ------------------------------------------------------------- recording
@@ -408,6 +444,9 @@ class Supervisor:
         if st.passthrough_fd is not None:
             try:
                 _write_all(st.passthrough_fd, data)
+            except BrokenPipeError:
+                self._reader_gone(st, data)
+                return
             except OSError:
                 st.passthrough_fd = None  # our terminal went away; keep recording
         if self._outlog is not None:
@@ -415,9 +454,45 @@ class Supervisor:
                 self._outlog.write(data)
             except OSError:
                 self._outlog = None
+        self._last_output = time.monotonic()
         text = st.decoder.decode(data)
         if text:
             self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+
+    def _job_stdin(self, data: Any) -> None:
+        """A line a viewer typed for the job (attach: its stdin is the pty)."""
+        st = self.streams[0] if self.streams and self.opts.mode == "attach" else None
+        if not isinstance(data, str) or not data or st is None or not st.open:
+            return
+        raw = data.encode("utf-8", "replace")[:MAX_STDIN_BYTES]
+        try:
+            os.write(st.fd, raw)  # the pty echoes it into the output, as a terminal would
+        except OSError as e:
+            msg = f"could not pass input to the job: {e.strerror or e}"
+        else:
+            msg = f"passed {len(raw)} bytes of input to the job's stdin"
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon", "message": msg})
+
+    def _reader_gone(self, st: _Stream, data: bytes) -> None:
+        """Whoever read our output is gone (``ctmon record job.py | head -1``).
+
+        Without ctmon the job's own next write would fail (SIGPIPE, or
+        BrokenPipeError under python): closing our end of its pipe makes
+        that write fail the same way. What it had written still counts."""
+        if self._outlog is not None:
+            try:
+                self._outlog.write(data)
+            except OSError:
+                self._outlog = None
+        text = st.decoder.decode(data, final=True)
+        if text:
+            self._emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon",
+                    "message": f"the reader of ctmon's {st.name} went away (broken pipe); "
+                               f"the job's {st.name} was closed, as it would have been without ctmon"})
+        st.open = False
+        self.sel.unregister(st.fd)
+        os.close(st.fd)
 
     def _accept_agent(self) -> None:
         try:
@@ -474,6 +549,7 @@ class Supervisor:
         except OSError:
             data = b""
         if not data:
+            self._agent_gone(a)
             self._drop_peer(a)
             return
         # Device-time windows name step indices: make sure those steps are in
@@ -502,6 +578,19 @@ class Supervisor:
                 self._open_ring(ring)
         self._write_line(line + b"\n", ev)
 
+    def _agent_gone(self, a: _Agent) -> None:
+        if self._exec_watch is not None:
+            self._exec_watch.agent_closed(execwatch.peer_pid(a.sock))
+
+    def _check_exec(self, alive: bool) -> None:
+        """A note when the job exec'd into a program that has no agent."""
+        if self._exec_watch is None:
+            return
+        pids = [execwatch.peer_pid(a.sock) for a in self.agents] if self._exec_watch.closed_at is not None else []
+        msg = self._exec_watch.check(pids, alive)
+        if msg:
+            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon", "message": msg})
+
     def _open_ring(self, path: str) -> None:
         # Only rings inside our own private session directory.
         if "\0" in path or len(path) > 4096:
@@ -510,7 +599,11 @@ class Supervisor:
         if os.path.dirname(real) != os.path.realpath(self.opts.session_dir) or any(r.path == real for r in self.rings):
             return
         try:
-            self.rings.append(_Ring(real, StepRing.open(real)))
+            ring = _Ring(real, StepRing.open(real))
+            if self.rings:  # only the job writes steps: a second ring is its exec'd successor
+                self._drain_rings()
+                ring.follows_src, ring.offset = self.rings[-1].next_index()
+            self.rings.append(ring)
         except (OSError, RingError) as e:
             self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
                         "message": f"cannot read step boundaries: {e}"})
@@ -531,6 +624,8 @@ class Supervisor:
             return
         now_wall, now_ns = time.time(), time.perf_counter_ns()
         for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
+            if r.offset and ev.get("src") == r.follows_src:
+                ev["i0"] += r.offset
             self._emit(ev)
         if lost:
             # a lost switch slot is not a lost step
@@ -540,6 +635,31 @@ class Supervisor:
                 lost -= 1
             self._steps_lost += lost
             self._emit({"kind": protocol.DROPS, "t": now_wall, "steps": self._steps_lost})
+
+    def _hand_off_streams(self) -> None:
+        """Leave the streams a child of the job still holds to a relay process."""
+        left = [st for st in self.streams if st.open]
+        if not left:
+            return
+        outlog_fd = None
+        if self._outlog is not None:
+            try:
+                self._outlog.flush()
+                outlog_fd = self._outlog.fileno()
+            except (OSError, ValueError):
+                outlog_fd = None
+        pairs = [(st.fd, st.passthrough_fd) for st in left]
+        started = relay.start(pairs, outlog_fd)
+        names = " and ".join(st.name for st in left)
+        where = "ctmon's own output" if self.opts.mode == "record" else "the output log"
+        msg = (f"a process the job started still holds its {names}; what it writes after the job's exit goes to "
+               f"{where}, not into this recording" if started else
+               f"a process the job started still holds its {names}; its later output is lost (no relay)")
+        self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "ctmon", "message": msg})
+        for st in left:
+            st.open = False
+            self.sel.unregister(st.fd)
+            os.close(st.fd)
 
     # --------------------------------------------------------------- viewers
 
@@ -665,6 +785,9 @@ class Supervisor:
             if msg is None or msg.get("kind") != "control":
                 continue
             action = msg.get("action")
+            if action == "stdin":
+                self._job_stdin(msg.get("data"))
+                continue
             if action == "stop":
                 self._stop_job(msg.get("grace"))
                 continue
@@ -788,6 +911,7 @@ class Supervisor:
 
     def _finish(self) -> None:
         self._drain_rings()  # every boundary the job wrote, even if it was killed
+        self._check_exec(alive=False)
         p = self.proc
         if p is not None:
             rc = p.wait()

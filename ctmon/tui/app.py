@@ -185,6 +185,7 @@ class MainScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("f", "cycle_kinds", "Event kinds", show=False),
         Binding("a", "findings", "Findings", show=False),
+        Binding("i", "app.job_input", "Input to the job", show=False),
         Binding("left_square_bracket", "app.replay_step(-1)", "Step back", show=False),
         Binding("right_square_bracket", "app.replay_step(1)", "Step forward", show=False),
         Binding("left_curly_bracket", "app.replay_jump(-1)", "Jump back", show=False),
@@ -664,6 +665,11 @@ class CtmonApp(App[AppResult]):
             self.refresh_views()
 
     # --------------------------------------------------------- job control
+
+    def action_job_input(self) -> None:
+        from ctmon.tui.stdin_prompt import open_stdin_prompt
+
+        open_stdin_prompt(self)
 
     def action_ctrl_c(self) -> None:
         if not self.ctx.job_running:

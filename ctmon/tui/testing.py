@@ -19,6 +19,7 @@ class QueueFeed(Feed):
         self._q: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
         self.controls: list[str] = []
         self.graces: list[float | None] = []
+        self.stdin: list[str] = []
         self.closed = False
 
     def push(self, events: list[dict[str, Any]]) -> None:
@@ -37,6 +38,10 @@ class QueueFeed(Feed):
     def control(self, action: str, grace: float | None = None) -> bool:
         self.controls.append(action)
         self.graces.append(grace)
+        return True
+
+    def send_stdin(self, data: str) -> bool:
+        self.stdin.append(data)
         return True
 
     def close(self) -> None:

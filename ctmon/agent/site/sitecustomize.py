@@ -1,0 +1,95 @@
+"""Loads ctmon's agent into the monitored job, then the user's own sitecustomize.
+
+The supervisor prepends this directory to the job's PYTHONPATH, so Python's
+``site`` imports this module at start-up in *every* Python process the job
+starts: Inductor's compile workers, DataLoader spawn workers, subprocesses.
+It must therefore cost nothing outside the job: it reads the environment
+first and imports nothing heavy, and it never raises (a failure prints one
+``ctmon: hook disabled (...)`` line and the job runs without the agent).
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+ENV_SOCKET = "CTMON_AGENT_SOCKET"
+ENV_PID = "CTMON_AGENT_PID"
+
+
+def monitored() -> bool:
+    """Whether this process is the monitored job (and claims it if so).
+
+    The first process started with the socket set claims the job by writing
+    its pid into the environment; its children inherit the claim and stay
+    quiet. A process that exec'd into another Python program keeps its pid,
+    so it is monitored again and its events after the exec are followed.
+    """
+    if not os.environ.get(ENV_SOCKET):
+        return False
+    pid = str(os.getpid())
+    owner = os.environ.get(ENV_PID)
+    if owner and owner != pid:
+        return False
+    os.environ[ENV_PID] = pid
+    return True
+
+
+def _drop_own_dir() -> None:
+    """The user's sys.path is as under plain python (this dir is ctmon's)."""
+    sys.path[:] = [p for p in sys.path if not _is_here(p)]
+
+
+def _is_here(p: str) -> bool:
+    try:
+        return os.path.abspath(p or ".") == _HERE
+    except (TypeError, ValueError):
+        return False
+
+
+def _start_agent() -> None:
+    # ctmon may run from a source tree that is not on the job's sys.path: put
+    # it there just long enough to import the agent (submodules imported
+    # later are found through the package, not sys.path).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
+    sys.path.insert(0, root)
+    try:
+        from ctmon.agent.boot import start
+    finally:
+        try:
+            sys.path.remove(root)
+        except ValueError:
+            pass
+    start()
+
+
+def _chain_user_sitecustomize() -> None:
+    """Run the sitecustomize that python would have found without ctmon."""
+    import importlib.util
+
+    me = sys.modules.pop("sitecustomize", None)
+    try:
+        spec = importlib.util.find_spec("sitecustomize")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        if me is not None:
+            sys.modules["sitecustomize"] = me
+        return
+    # Errors in the user's module surface exactly as python's site reports them.
+    __import__("sitecustomize")
+
+
+def _main() -> None:
+    _drop_own_dir()
+    try:
+        if monitored():
+            _start_agent()
+    except BaseException as exc:  # noqa: BLE001 - never keep the job from starting
+        try:
+            sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
+        except Exception:
+            pass
+    _chain_user_sitecustomize()
+
+
+_main()
