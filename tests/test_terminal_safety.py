@@ -1,0 +1,329 @@
+"""No recorded string reaches the terminal raw (issue 11, terminal injection).
+
+A recording holds text ctmon does not control: PyTorch's messages, frame and
+file names, notes, the command, the job's output. Escape sequences in it
+must not set the window title, clear the screen or write the clipboard
+(OSC 52) through `ctmon report` (text, --md), record's end-of-run summary,
+`ctmon replay` or the live TUI's panes and detail screens; Rich/Textual
+markup in it shows literally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctmon.cli import main as cli_main
+from ctmon.feeds import ListFeed
+from ctmon.report.build import build_report
+from ctmon.report.text import summary_lines
+from ctmon.store import Session
+from ctmon.textsafe import PLACEHOLDER, clean, clean_tree, unsafe_spans
+from ctmon.tui.app import CtmonApp
+from ctmon.tui.screens import DetailScreen
+from ctmon.tui.testing import wait_loaded
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
+
+# What a terminal acts on, or what reorders text for the reader.
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+TITLE = "\x1b]0;PWNED\x07"
+CLIPBOARD = "\x1b]52;c;UFdORUQ=\x07"
+CLEAR = "\x1b[2J"
+ATTACKS = [
+    TITLE, CLIPBOARD, CLEAR, "\x1b[H", "\x1bc", "\x1b[31m", "\x1b[0m", "\x9b2J", "\x9d0;c1\x9c",
+    "\x1bP1$q\x1b\\", "\x1b]8;;http://evil/\x07\x1b\\link\x1b]8;;\x1b\\", "\x1b]0;unterminated",
+    "\x1b", "\x07", "\r", "\r\n", "\x08", "\x00", "\x7f", "\x85", "\u202e", "\u2028", "\t",
+    "[bold red]x", "[/]", "[/bold]", "[link=http://x]y[/link]", "[@click=app.quit]q[/]", "\\[", "]",
+]
+
+# Fields whose values select behaviour (enumerations, ids that link events):
+# kept valid so the fuzzed recording still exercises every view.
+KEEP = {"kind", "mode", "src", "stream", "cache", "result", "level", "compile_id", "v", "ctmon"}
+
+
+def assert_safe(out: str, where: str) -> None:
+    m = UNSAFE.search(out)
+    assert m is None, f"{where}: {m.group()!r} reaches the terminal at {m.start()}: {out[max(0, m.start() - 60):m.start() + 60]!r}"
+
+
+def base_events() -> list[dict]:
+    """A small recording with every event kind and every string field a view
+    shows: compiles, a recompile, a limit hit, a failure, graph breaks, cache
+    hits/misses/bypasses, autotune, cudagraphs, notes, drops, GPU samples."""
+    with open(os.path.join(FIXTURES, "no_gpu.jsonl")) as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    end = events.pop()
+    t = end["t"] - 0.5
+    gpu = {"index": 0, "name": "NVIDIA H100", "util": 50, "mem_util": 10, "mem_used": 1 << 30, "mem_total": 80 << 30,
+           "power_w": 100.0, "power_limit_w": 700.0, "temp_c": 40, "sm_clock_mhz": 1000, "proc_mem": 1 << 29}
+    events[2]["env"] = {"TORCH_LOGS": "recompiles"}
+    events += [
+        {"kind": "devices", "t": t, "current": 0, "visible": "0", "cuda": [dict(index=0, name="NVIDIA H100",
+                                                                              total_memory=80 << 30, capability="9.0", sms=132)]},
+        {"kind": "sample", "t": t, "cpu_percent": 50.0, "rss": 1 << 28, "gpus": [gpu], "gpu_error": "no NVML"},
+        {"kind": "compile_start", "t": t, "compile_id": "2/2", "frame_id": 2, "name": "torch_dynamo_resume_in_forward_at_14",
+         "file": "/home/alice/proj/graph_breaks.py", "line": 14, "user_code": True},
+        {"kind": "compile", "t": t, "compile_id": "2/2", "frame_id": 2, "fail_type": "Unsupported",
+         "fail_reason": "Dynamo recompile limit exceeded (recompile_limit=8)", "recompile_reason": "size mismatch at index 0"},
+        {"kind": "compile", "t": t, "compile_id": "3/0", "frame_id": 3, "co_name": "broken", "co_filename": "/home/alice/proj/m.py",
+         "co_firstlineno": 3, "fail_type": "BackendCompilerFailed", "fail_reason": "backend exploded",
+         "fail_user_frame_filename": "/home/alice/proj/m.py", "fail_user_frame_lineno": 4,
+         "non_compliant_ops": ["aten.weird"], "cudagraph_skip_reason": "mutated inputs"},
+        {"kind": "bwd_compile", "t": t, "compile_id": "0/0", "frame_id": 0, "fail_type": "Err", "fail_reason": "bwd failed",
+         "cudagraph_skip_reason": "cpu device"},
+        {"kind": "cache", "t": t, "compile_id": "0/0", "frame_id": 0, "cache": "fx_graph", "result": "miss", "key": "k1",
+         "detail": "miss"},
+        {"kind": "cache", "t": t, "compile_id": "1/0", "frame_id": 1, "cache": "fx_graph", "result": "bypass", "key": "k2",
+         "reason": "unpicklable closure"},
+        {"kind": "cache", "t": t, "compile_id": "1/0", "frame_id": 1, "cache": "aot_autograd", "result": "hit", "key": "k3",
+         "time_saved_s": 1.5},
+        {"kind": "autotune", "t": t, "compile_id": "0/0", "kernels": [{"name": "triton_poi_0", "autotune_cache_state": "hit",
+                                                                      "num_configs": 4}]},
+        {"kind": "cudagraph", "t": t, "reason": "skipping cudagraphs due to cpu device"},
+        {"kind": "note", "t": t, "level": "warning", "source": "ctmon", "message": "hook disabled"},
+        {"kind": "note", "t": t, "level": "error", "source": "dynamo", "message": "dynamo error: boom"},
+        {"kind": "drops", "t": t, "events": 3, "steps": 2},
+        {"kind": "output", "t": t, "stream": "stderr", "data": "progress 50%\rprogress 100%\nlast line"},
+        {**end, "code": None, "signal": "SIGKILL"},
+    ]
+    return events
+
+
+BASE = base_events()
+
+
+def poison(events: list[dict], nasty: list[str]) -> list[dict]:
+    """Every free-text string in ``events`` with attack text added: the same
+    original string always gets the same addition (ids and paths that link
+    events stay linked), cycling through ``nasty`` and alternating prefix and
+    suffix so text is attacked at both ends."""
+    memo: dict[str, str] = {}
+
+    def fix(s: str) -> str:
+        if s not in memo:
+            n = len(memo)
+            bad = nasty[n % len(nasty)]
+            memo[s] = s + bad if n % 2 == 0 else bad + s
+        return memo[s]
+
+    def walk(value, key: str | None):  # type: ignore[no-untyped-def]
+        if isinstance(value, str):
+            return value if key in KEEP else fix(value)
+        if isinstance(value, dict):
+            return {k: walk(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, key) for v in value]
+        return value
+
+    return [walk(copy.deepcopy(e), None) for e in events]
+
+
+any_char = st.characters(min_codepoint=0, max_codepoint=0x2100, exclude_categories=("Cs",))
+nasty_text = st.lists(st.one_of(st.sampled_from(ATTACKS), st.text(any_char, max_size=6)), min_size=1, max_size=4).map("".join)
+nasty_lists = st.lists(nasty_text, min_size=1, max_size=8)
+
+
+# ------------------------------------------------------------- the sanitiser
+
+
+def test_clean_replaces_each_sequence_by_one_placeholder() -> None:
+    P = PLACEHOLDER
+    assert clean(f"a{TITLE}b") == f"a{P}b"  # no "]0;PWNED" left behind
+    assert clean(f"x{CLIPBOARD}y") == f"x{P}y"
+    assert clean(f"{CLEAR}z\x1b[1;31mred\x1b[0m") == f"{P}z{P}red{P}"
+    assert clean("\x1bP1$q\x1b\\|\x1bc|\x1b(B|\x9b2J|\x9d0;t\x9c") == f"{P}|{P}|{P}|{P}|{P}"
+    assert clean("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\") == f"{P}link{P}"
+    # C0 (but newline and tab), DEL, C1, bidi overrides and line separators
+    assert clean("\x00\x07\x08\x0b\x0c\x0e\x1f\x7f\x80\x85\x9f") == P * 11
+    assert clean("ab\u202ecd\u2066\u2028") == f"ab{P}cd{P}{P}"
+    assert clean("line\r\nnext\rover") == f"line\nnext{P}over"
+    assert clean("keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]") == "keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]"
+    assert clean("a\tb", tab=" ") == "a b"
+
+
+def test_clean_keeps_colours_only_on_request() -> None:
+    assert clean("\x1b[31mred\x1b[0m", keep_sgr=True) == "\x1b[31mred\x1b[0m"
+    assert clean(f"\x1b[31m{TITLE}\x1b[2J", keep_sgr=True) == f"\x1b[31m{PLACEHOLDER}{PLACEHOLDER}"
+
+
+def test_an_unterminated_sequence_loses_its_introducer() -> None:
+    # a terminal would swallow the rest; shown as text it is harmless
+    assert clean("\x1b]0;no end") == f"{PLACEHOLDER}0;no end"
+    assert clean("a\x1b") == f"a{PLACEHOLDER}"
+
+
+def test_clean_tree_cleans_keys_and_values_and_survives_depth() -> None:
+    assert clean_tree({"k\x1b": ["v\x07", 3, None, {"x": "\x9b"}]}) == {
+        f"k{PLACEHOLDER}": [f"v{PLACEHOLDER}", 3, None, {"x": PLACEHOLDER}]}
+    deep: list = ["\x1b"]
+    for _ in range(5000):
+        deep = [deep]
+    clean_tree(deep)  # no RecursionError
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(any_char, max_size=40), st.booleans())
+def test_clean_output_is_always_safe(text: str, keep_sgr: bool) -> None:
+    out = clean(text, keep_sgr=keep_sgr)
+    if keep_sgr:
+        out = re.sub(r"\x1b\[[0-9;:]*m", "", out)
+    assert_safe(out, "clean")
+    assert clean(clean(text)) == clean(text)
+    if UNSAFE.search(text) is None:
+        assert clean(text) == text
+    assert all(s < e for s, e, _ in unsafe_spans(text))
+
+
+# --------------------------------------------------------------- the reports
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _write(tmp: str, events: list[dict]) -> str:
+    path = os.path.join(tmp, "rec.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps(e, ensure_ascii=False) + "\n")
+    return path
+
+
+def test_the_base_recording_exercises_every_view(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = build_report(Session().apply_all(BASE))
+    assert r["compile"]["limit_hits"] and r["compile"]["failures"] and r["compile"]["recompiles"]
+    assert r["graph_breaks"] and r["cache"]["bypass_reasons"] and r["cudagraphs"]["skips"]
+    assert r["findings"] and any(f.get("evidence") for f in r["findings"])
+    assert r["notes"] and r["devices"] and r["exit_signal"] == "SIGKILL"
+
+
+def test_report_text_and_markdown_show_no_escape_sequence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = _write(str(tmp_path), poison(BASE, [TITLE, CLIPBOARD, CLEAR]))
+    for args in ((), ("--md",)):
+        code, out, err = _cli("report", path, *args)
+        assert code == 0, err
+        assert_safe(out, f"report {' '.join(args)}")
+        assert "PWNED" not in out and "UFdORUQ" not in out  # the whole sequence went, not just ESC
+        assert "graph_breaks.py" in out
+    lines = summary_lines(build_report(Session().apply_all(poison(BASE, [TITLE]))), path)
+    assert_safe("\n".join(lines), "record's summary")
+
+
+def test_json_report_keeps_what_was_recorded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    events = poison(BASE, [TITLE])
+    code, out, _ = _cli("report", _write(str(tmp_path), events), "--json")
+    assert code == 0
+    assert_safe(out, "report --json")  # JSON escapes control characters itself
+    assert any(TITLE in (n["message"] or "") for n in json.loads(out)["notes"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nasty_lists)
+def test_fuzz_reports(nasty: list[str]) -> None:
+    import tempfile
+
+    events = poison(BASE, nasty)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(tmp, events)
+        for args in ((), ("--md",)):
+            code, out, err = _cli("report", path, *args)
+            assert code == 0, err
+            assert_safe(out, f"report {' '.join(args)}")
+            assert_safe(err, "report's warnings")
+    lines = summary_lines(build_report(Session().apply_all(events)), "rec.jsonl")
+    assert_safe("\n".join(lines), "record's summary")
+
+
+# ---------------------------------------------------------------------- TUI
+
+
+def _screen_segments(app: CtmonApp) -> str:
+    """The characters of every segment the screen would write (Textual's own
+    cursor and style sequences are not in segment text)."""
+    parts = []
+    for strip in app.screen._compositor.render_strips():
+        for seg in strip:
+            if seg.control is None:
+                parts.append(seg.text)
+        parts.append("\n")
+    return "".join(parts)
+
+
+def _one_of_each(items: list) -> list[int]:
+    """Indices of the first item of each kind (every detail view, not every row)."""
+    firsts: dict[object, int] = {}
+    for i, item in enumerate(items):
+        firsts.setdefault((type(item).__name__, getattr(item, "kind", None)), i)
+    return sorted(set(firsts.values()) | {len(items) - 1} if items else set())
+
+
+async def _walk_tui(events: list[dict], size: tuple[int, int] = (160, 48)) -> list[str]:
+    """Draw the main screen and every detail screen (frames, breaks, events,
+    output, findings); return what each would write."""
+    seen = []
+    app = CtmonApp(ListFeed(events), replay=True, title="rec\x1b]0;PWNED\x07.jsonl")
+    async with app.run_test(size=size) as pilot:
+        await wait_loaded(pilot)
+        await pilot.pause()
+        seen.append(("main", _screen_segments(app)))
+        main = app.main
+        assert main is not None
+        for name in ("frames", "breaks", "events", "output"):
+            pane = main.pane(name)
+            main.set_current(name)
+            await pilot.pause()
+            seen.append((f"{name} pane", _screen_segments(app)))
+            for index in _one_of_each(pane.items):
+                pane._move_to(index)
+                await pilot.press("enter")
+                if isinstance(app.screen, DetailScreen):
+                    await pilot.pause()
+                    seen.append((f"{name} detail {index}", _screen_segments(app)))
+                    await pilot.press("escape")
+                    await pilot.pause()
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        seen.append(("findings", _screen_segments(app)))
+    for where, text in seen:
+        assert_safe(text, where)
+    return [text for _, text in seen]
+
+
+def test_tui_shows_no_escape_sequence_and_markup_literally() -> None:
+    events = poison(BASE, [TITLE, CLIPBOARD, "[bold red]x", CLEAR, "[/]"])
+    screens = asyncio.run(_walk_tui(events))
+    shown = "".join(screens)
+    assert "PWNED" not in shown and "UFdORUQ" not in shown
+    assert "[bold red]x" in shown and "[/]" in shown  # markup shown as typed, not interpreted
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nasty_lists)
+def test_fuzz_tui(nasty: list[str]) -> None:
+    asyncio.run(_walk_tui(poison(BASE, nasty)))
+
+
+def test_the_sanitiser_is_standard_library_only() -> None:
+    # the report, the supervisor and the viewer all use it
+    import subprocess
+    import sys
+
+    code = "import sys, ctmon.textsafe; bad = {'rich', 'textual', 'torch'} & set(sys.modules); print(sorted(bad))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
