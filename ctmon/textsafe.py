@@ -33,6 +33,16 @@ PLACEHOLDER = "\ufffd"
 # Anything a terminal may act on, or that reorders text for the reader.
 _UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _FAST = re.compile(f"[{_UNSAFE_CHARS}]")
+_SAFE_ASCII = bytes(range(0x20, 0x7F)) + b"\n\t"
+
+
+def _unsafe(text: str) -> bool:
+    """Whether ``text`` holds anything to replace. Most text is ASCII (a flag
+    CPython keeps on the string): deleting the safe bytes in C is five times
+    faster than a regex scan, and the TUI asks this of every line it draws."""
+    if text.isascii():
+        return bool(text.encode("ascii").translate(None, _SAFE_ASCII))
+    return _FAST.search(text) is not None
 
 # The payload of a string sequence (OSC, DCS, ...): printable text only, so a
 # sequence never swallows a line break or another sequence. One that is not
@@ -56,7 +66,7 @@ _SEQUENCE = re.compile(
 
 def is_clean(text: str) -> bool:
     """True when ``text`` holds nothing :func:`clean` would replace (the fast path)."""
-    return _FAST.search(text) is None
+    return not _unsafe(text)
 
 
 def unsafe_spans(text: str, keep_sgr: bool = False) -> list[tuple[int, int, str]]:
@@ -65,7 +75,7 @@ def unsafe_spans(text: str, keep_sgr: bool = False) -> list[tuple[int, int, str]
     For callers that must keep styles attached to the surrounding text (the
     TUI's rich ``Text``); :func:`clean` is this applied to a plain string.
     """
-    if _FAST.search(text) is None:
+    if not _unsafe(text):
         return []
     spans = []
     for m in _SEQUENCE.finditer(text):
@@ -84,7 +94,7 @@ def clean(text: str, keep_sgr: bool = False, tab: str = "\t") -> str:
     """
     if tab != "\t" and "\t" in text:
         text = text.replace("\t", tab)
-    if _FAST.search(text) is None:
+    if not _unsafe(text):
         return text
     out = []
     pos = 0
@@ -131,18 +141,38 @@ def clean_event(event: dict[str, Any]) -> dict[str, Any]:
     ``ESC ] 0 ; title`` unterminated (shown as ``]0;title`` garbage) by the
     time the view cleans it, so the viewer cleans events as they arrive.
     """
-    if event.get("kind") in _NO_TEXT_KINDS or not _dirty(event, 0):
+    if event.get("kind") in _NO_TEXT_KINDS:
+        return event
+    if not _dirty(event, 0):
         return event
     return clean_tree(event)  # type: ignore[no-any-return]
 
 
+
+
 def _dirty(value: Any, depth: int) -> bool:
-    if isinstance(value, str):
-        return _FAST.search(value) is not None
-    if depth > _MAX_DEPTH:
+    # the hot path of a viewer catching up: plain loops, strings checked
+    # inline, containers only recursed into
+    if type(value) is dict:
+        for k, v in value.items():
+            t = type(v)
+            if t is str:
+                if _unsafe(v):
+                    return True
+            elif (t is dict or t is list) and depth < _MAX_DEPTH and _dirty(v, depth + 1):
+                return True
+            # an event's own keys are only ever looked up; nested ones (the
+            # torch event's env) may be shown
+            if depth and _unsafe(k):
+                return True
         return False
-    if isinstance(value, dict):
-        return any(_dirty(k, depth + 1) or _dirty(v, depth + 1) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_dirty(v, depth + 1) for v in value)
-    return False
+    if type(value) is list:
+        for v in value:
+            t = type(v)
+            if t is str:
+                if _unsafe(v):
+                    return True
+            elif (t is dict or t is list) and depth < _MAX_DEPTH and _dirty(v, depth + 1):
+                return True
+        return False
+    return isinstance(value, str) and _unsafe(value)
