@@ -17,7 +17,11 @@ import io
 import json
 import os
 import re
+import shutil
+import sys
+import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -312,6 +316,28 @@ def test_tui_shows_no_escape_sequence_and_markup_literally() -> None:
     assert "[bold red]x" in shown and "[/]" in shown  # markup shown as typed, not interpreted
 
 
+class _BrokenFeed(ListFeed):
+    """A feed whose source fails with a message holding markup and escapes
+    (an error text can quote a path or a peer's bytes)."""
+
+    def batches(self):  # type: ignore[no-untyped-def]
+        yield from super().batches()
+        raise OSError(f"read [/] [bold red]failed{TITLE}")
+
+
+def test_a_feed_error_is_shown_literally() -> None:
+    async def run() -> str:
+        app = CtmonApp(_BrokenFeed(copy.deepcopy(BASE)), replay=True)
+        async with app.run_test(size=(160, 48), notifications=True) as pilot:
+            await wait_loaded(pilot)
+            await pilot.pause(0.2)
+            return _screen_segments(app)
+
+    shown = asyncio.run(run())
+    assert_safe(shown, "the feed-error notification")
+    assert "read [/] [bold red]failed" in shown
+
+
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nasty_lists)
 def test_fuzz_tui(nasty: list[str]) -> None:
@@ -321,9 +347,97 @@ def test_fuzz_tui(nasty: list[str]) -> None:
 def test_the_sanitiser_is_standard_library_only() -> None:
     # the report, the supervisor and the viewer all use it
     import subprocess
-    import sys
 
     code = "import sys, ctmon.textsafe; bad = {'rich', 'textual', 'torch'} & set(sys.modules); print(sorted(bad))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+# ------------------------------------------------------- a real terminal (tmux)
+
+
+def _attack_recording(path: str) -> None:
+    """Title, clipboard and clear-screen sequences in a graph-break reason, a
+    frame name, a note and the command."""
+    all3 = TITLE + CLIPBOARD + CLEAR
+    events = copy.deepcopy(BASE)
+    for e in events:
+        if e["kind"] == "session":
+            e["command"] = ["python", f"train{TITLE}.py", f"--x{CLIPBOARD}{CLEAR}"]
+        elif e["kind"] == "compile_start" and e["frame_id"] == 0:
+            e["name"] = f"forward{all3}"
+        elif e["kind"] == "compile" and e.get("frame_id") == 0:
+            e["co_name"] = f"forward{all3}"
+        elif e["kind"] == "graph_break":
+            e["reason"] = f"boom{all3} " + e["reason"]
+            e["summary"] = f"boom{all3} " + e.get("summary", "")
+        elif e["kind"] == "note":
+            e["message"] = f"note{all3}"
+    _write_to(path, events)
+
+
+def _write_to(path: str, events: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps(e, ensure_ascii=False) + "\n")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from test_tui_e2e import Tmux
+
+    rec = str(tmp_path / "attack.jsonl")
+    _attack_recording(rec)
+    tmux_dir = tmp_path / "tmux"
+    tmux_dir.mkdir()
+    tm = Tmux(str(tmux_dir))
+    prompt = "SAFE-READY$ "
+    try:
+        tm("new-session", "-d", "-s", "e2e", "-x", "160", "-y", "150", "-e", f"PYTHONPATH={ROOT}",
+           "bash --norc --noprofile")
+        # tmux keeps what OSC 52 writes as a paste buffer when this is on,
+        # and takes a pane's title from OSC 0/2: the attack would show
+        tm("set", "-g", "set-clipboard", "on")
+        tm("send-keys", "-t", "e2e", f"export PS1='{prompt}'; cd {ROOT} && clear", "Enter")
+        tm.wait_for(lambda s: prompt.strip() in s, 15, "the shell prompt")
+
+        def untouched(title: str, where: str) -> None:
+            assert tm("display-message", "-p", "-t", "e2e", "#{pane_title}").strip() == title, where
+            assert tm("list-buffers").strip() == "", f"{where}: OSC 52 wrote the clipboard"
+
+        title = tm("display-message", "-p", "-t", "e2e", "#{pane_title}").strip()
+        assert "PWNED" not in title
+
+        for args in ("", " --md"):
+            tm("send-keys", "-t", "e2e", "clear", "Enter")
+            tm("send-keys", "-t", "e2e", f"echo BEFORE-REPORT; {sys.executable} -m ctmon report {rec}{args}; echo AFTER-REPORT",
+               "Enter")
+            screen = tm.wait_for(lambda s: "\nAFTER-REPORT" in s, 60, f"report{args}")
+            untouched(title, f"report{args}")
+            # not cleared: what was printed before the report is still on the screen
+            assert "\nBEFORE-REPORT" in screen and "graph_breaks.py" in screen, screen
+            assert "PWNED" not in screen
+
+        tm("send-keys", "-t", "e2e", "clear", "Enter")
+        tm("send-keys", "-t", "e2e", f"{sys.executable} -m ctmon replay {rec}", "Enter")
+        def replay_shown(s: str) -> bool:
+            return "Graph breaks" in s and "forward" in s
+
+        with contextlib.suppress(AssertionError):  # a swallowed screen is told below, after the title
+            tm.wait_for(replay_shown, 30, "the replay screen")
+        untouched(title, "replay")
+        assert replay_shown(tm.screen()), tm.screen()
+        tm("send-keys", "-t", "e2e", "Tab")
+        time.sleep(0.5)
+        tm("send-keys", "-t", "e2e", "Enter")
+        detail = tm.wait_for(lambda s: " back " in s and "boom" in s, 30, "the break's detail screen")
+        assert "boom" in detail and "PWNED" not in detail
+        untouched(title, "the break's detail screen")
+        tm("send-keys", "-t", "e2e", "q")
+        time.sleep(0.5)
+        tm("send-keys", "-t", "e2e", "q")
+        tm.wait_for(lambda s: s.rstrip().endswith(prompt.rstrip()), 30, "the shell prompt after replay")
+        untouched(title, "after replay")
+    finally:
+        tm.kill()
