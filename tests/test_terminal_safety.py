@@ -441,3 +441,33 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
         untouched(title, "after replay")
     finally:
         tm.kill()
+
+
+def test_a_real_job_cannot_reach_the_terminal_through_ctmon(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real torch.compile job puts escapes in a graph_break(msg=...), a
+    frame's name and file name, and its own script's name (so the command):
+    record's summary, the reports and the TUI's screens stay clean."""
+    from helpers import ctmon, record, workload
+
+    script = tmp_path / f"job{TITLE}.py"
+    shutil.copy(workload("terminal_attack.py"), script)
+    run = record(tmp_path, [str(script)], torch_trace=False, timeout=240)
+    assert run.returncode == 0, run.proc.stderr
+    events = run.events()
+    breaks = [e for e in events if e["kind"] == "graph_break"]
+    assert breaks and all(TITLE in e["reason"] for e in breaks)  # the attack is in the recording
+    assert any(TITLE in (e.get("co_name") or "") for e in events if e["kind"] == "compile")
+    assert TITLE in events[0]["command"][-1]
+    # the job printed nothing itself: all of this is ctmon's
+    assert_safe(run.proc.stdout + run.proc.stderr, "record's summary")
+    assert "graph breaks" in run.proc.stderr
+    for args in ((), ("--md",)):
+        p = ctmon("report", run.recording, *args)
+        assert p.returncode == 0, p.stderr
+        assert_safe(p.stdout + p.stderr, f"report {' '.join(args)}")
+        assert "PWNED" not in p.stdout and "graph_break()" in p.stdout
+    screens = asyncio.run(_walk_tui(events))
+    assert any("Call to `torch._dynamo.graph_break()`" in s for s in screens)
+    # no leftover of a half-removed sequence (PyTorch's debug context quotes
+    # the message as a repr, "\\x1b]0;PWNED", which is harmless text)
+    assert not any(re.search(r"(?<!\\x1b)\]0;PWNED", s) for s in screens)
