@@ -471,3 +471,20 @@ def test_a_real_job_cannot_reach_the_terminal_through_ctmon(tmp_path) -> None:  
     # no leftover of a half-removed sequence (PyTorch's debug context quotes
     # the message as a repr, "\\x1b]0;PWNED", which is harmless text)
     assert not any(re.search(r"(?<!\\x1b)\]0;PWNED", s) for s in screens)
+
+
+def test_watch_list_shows_a_command_with_escapes_safely(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from helpers import ctmon, env_with
+
+    rt = tmp_path / "run"
+    sdir = rt / "20260101-000000-job-1"
+    sdir.mkdir(parents=True, mode=0o700)
+    rt.chmod(0o700)
+    (sdir / "viewer.sock").write_text("")
+    info = {"id": sdir.name, "job_pid": 1, "supervisor_pid": os.getpid(), "start": time.time(), "state": "running",
+            "command": ["python", f"job{TITLE}.py", f"--x{CLIPBOARD}{CLEAR}"]}
+    (sdir / "session.json").write_text(json.dumps(info))
+    out = ctmon("watch", "--list", env=env_with(CTMON_RUNTIME_DIR=str(rt)), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "python job" in out.stdout
+    assert_safe(out.stdout + out.stderr, "watch --list")
