@@ -488,3 +488,15 @@ def test_watch_list_shows_a_command_with_escapes_safely(tmp_path) -> None:  # ty
     assert out.returncode == 0, out.stderr
     assert "python job" in out.stdout
     assert_safe(out.stdout + out.stderr, "watch --list")
+
+
+def test_error_lines_quote_file_names_safely(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / f"sent{TITLE}.jsonl"
+    bad.write_text("not a recording\n")
+    for args in (("report", str(bad)), ("report", str(bad) + "-missing"), ("replay", str(bad)),
+                 ("report", str(bad), f"--x{CLEAR}"), (f"rep{CLEAR}ort",)):
+        code, out, err = _cli(*args)
+        assert code == 2, (args, err)
+        assert err.startswith("ctmon: ") and err.count("\n") == 1, err
+        assert_safe(out + err, f"ctmon {args[0]!r}")
+        assert "PWNED" not in err
