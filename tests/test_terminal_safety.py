@@ -107,7 +107,7 @@ def base_events() -> list[dict]:
 BASE = base_events()
 
 
-def poison(events: list[dict], nasty: list[str]) -> list[dict]:
+def poison(events: list[dict], nasty: list[str], keep: frozenset[str] | set[str] = KEEP) -> list[dict]:
     """Every free-text string in ``events`` with attack text added: the same
     original string always gets the same addition (ids and paths that link
     events stay linked), cycling through ``nasty`` and alternating prefix and
@@ -123,7 +123,7 @@ def poison(events: list[dict], nasty: list[str]) -> list[dict]:
 
     def walk(value, key: str | None):  # type: ignore[no-untyped-def]
         if isinstance(value, str):
-            return value if key in KEEP else fix(value)
+            return value if key in keep else fix(value)
         if isinstance(value, dict):
             return {k: walk(v, k) for k, v in value.items()}
         if isinstance(value, list):
@@ -235,12 +235,13 @@ def test_json_report_keeps_what_was_recorded(tmp_path) -> None:  # type: ignore[
     assert any(TITLE in (n["message"] or "") for n in json.loads(out)["notes"])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nasty_lists)
-def test_fuzz_reports(nasty: list[str]) -> None:
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nasty_lists, st.booleans())
+def test_fuzz_reports(nasty: list[str], ids_too: bool) -> None:
     import tempfile
 
-    events = poison(BASE, nasty)
+    # ids_too: also the ids and enumerations (events then stop linking up)
+    events = poison(BASE, nasty, {"kind"} if ids_too else KEEP)
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, events)
         for args in ((), ("--md",)):
@@ -336,6 +337,11 @@ def test_a_feed_error_is_shown_literally() -> None:
     shown = asyncio.run(run())
     assert_safe(shown, "the feed-error notification")
     assert "read [/] [bold red]failed" in shown
+
+
+def test_tui_with_every_string_poisoned() -> None:
+    # ids and enumerations too (compile ids, levels, sources, stream names)
+    asyncio.run(_walk_tui(poison(BASE, [TITLE, "\x9b2J", "[/]", "\x1b"], keep={"kind"})))
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
