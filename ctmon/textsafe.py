@@ -44,6 +44,7 @@ def _unsafe(text: str) -> bool:
         return bool(text.encode("ascii").translate(None, _SAFE_ASCII))
     return _FAST.search(text) is not None
 
+
 # The payload of a string sequence (OSC, DCS, ...): printable text only, so a
 # sequence never swallows a line break or another sequence. One that is not
 # terminated is not matched as a whole: its introducer is replaced and the
@@ -62,11 +63,6 @@ _SEQUENCE = re.compile(
         )
     )
 )
-
-
-def is_clean(text: str) -> bool:
-    """True when ``text`` holds nothing :func:`clean` would replace (the fast path)."""
-    return not _unsafe(text)
 
 
 def unsafe_spans(text: str, keep_sgr: bool = False) -> list[tuple[int, int, str]]:
