@@ -64,17 +64,25 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = _commands().get(args[0])
     if cmd is None:
-        sys.stderr.write(f"ctmon: unknown command '{args[0]}' (commands: attach, record, replay, report, watch)\n")
+        sys.stderr.write(_line(CliError(f"unknown command '{args[0]}' (commands: attach, record, replay, report, watch)")))
         return 2
     try:
         return cmd(args[1:])
     except (UsageError, RecordingError, RuntimeDirError) as e:
-        sys.stderr.write(f"ctmon: {e}\n")
+        sys.stderr.write(_line(e))
         return 2
     except CliError as e:
-        sys.stderr.write(f"ctmon: {e}\n")
+        sys.stderr.write(_line(e))
         return e.status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _line(error: Exception) -> str:
+    """An error for the terminal: messages quote paths and arguments, which
+    can hold escape sequences (a recording's file name)."""
+    from ctmon.textsafe import clean
+
+    return clean(f"ctmon: {error}\n")

@@ -12,6 +12,7 @@ from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text
 from ctmon.store import Session
+from ctmon.textsafe import clean
 
 HELP = """usage: ctmon report FILE [--json | --md] [--fail-on EXPR ...]
 
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> int:
     session, stats = load(path)
     report = build_report(session)
     for w in stats.warnings:
-        sys.stderr.write(f"ctmon: {w}\n")
+        sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":
         json.dump(report, sys.stdout, indent=2, sort_keys=False, allow_nan=False, default=str)
         sys.stdout.write("\n")

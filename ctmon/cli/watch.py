@@ -23,6 +23,7 @@ import time
 
 from ctmon.cli import CliError
 from ctmon.launch import runtime
+from ctmon.textsafe import clean
 
 HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
@@ -114,7 +115,8 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
         return 0
     print(f"{'#':>2}  {'PID':>7}  {'STARTED':>8}  {'STATE':<9}  {'STEPS':>8}  {'COMPILES':>8}  COMMAND")
     for i, s in enumerate(sessions, 1):
-        cmd = " ".join(str(c) for c in s.get("command") or [])  # type: ignore[union-attr]
+        # a job's command is its user's text (a script's name can hold escapes)
+        cmd = clean(" ".join(str(c) for c in s.get("command") or []), tab=" ")  # type: ignore[union-attr]
         started = time.strftime("%H:%M:%S", time.localtime(s["start"])) if isinstance(s.get("start"), (int, float)) else "?"
         print(f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
               f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)")

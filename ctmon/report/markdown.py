@@ -1,10 +1,12 @@
-"""The report as Markdown, fit for a pull-request comment."""
+"""The report as Markdown, fit for a pull-request comment (and printed to a
+terminal first: recorded strings are cleaned as in the text report)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ctmon.report.text import exit_text, fmt_ms, fmt_s
+from ctmon.textsafe import clean, clean_tree
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -22,6 +24,7 @@ def _cell(text: str) -> str:
 
 
 def markdown(r: dict[str, Any]) -> str:
+    r = clean_tree(r)
     cwd = r.get("cwd")
     cmd = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
@@ -60,4 +63,4 @@ def markdown(r: dict[str, Any]) -> str:
         out += [f"- {f['title']}" for f in infos]
         out.append("</details>")
         out.append("")
-    return "\n".join(out)
+    return clean("\n".join(out))

@@ -1,9 +1,16 @@
-"""Human-readable renderings of a report dict (plain text, no colour codes)."""
+"""Human-readable renderings of a report dict (plain text, no colour codes).
+
+Both go to a terminal: every recorded string in them is cleaned of control
+characters and escape sequences (ctmon.textsafe), before wrapping and again
+over the finished text.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from typing import Any
+
+from ctmon.textsafe import clean, clean_tree
 
 
 def _wrap(text: str, first: str, rest: str, width: int = 100) -> str:
@@ -46,6 +53,7 @@ def exit_text(r: dict[str, Any]) -> str:
 
 def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
     """The few lines `ctmon record` prints after the job's own output."""
+    r = clean_tree(r)
     name = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
     dur = f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else ""
@@ -74,10 +82,11 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
         lines.append(f"ctmon: dropped {drops.get('steps', 0)} step and {drops.get('events', 0)} other events (the monitor fell behind)")
     if recording:
         lines.append(f"ctmon: recording: {recording}  (ctmon report {recording})")
-    return lines
+    return [clean(line) for line in lines]
 
 
 def full_text(r: dict[str, Any]) -> str:
+    r = clean_tree(r)
     out: list[str] = []
     add = out.append
     name = " ".join(r.get("command") or []) or "job"
@@ -161,4 +170,4 @@ def full_text(r: dict[str, Any]) -> str:
     if drops.get("steps") or drops.get("events"):
         add("")
         add(f"Dropped: {drops.get('steps', 0)} step boundaries, {drops.get('events', 0)} events")
-    return "\n".join(out) + "\n"
+    return clean("\n".join(out) + "\n")

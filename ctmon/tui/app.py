@@ -47,6 +47,7 @@ from textual.widget import Widget
 from ctmon import protocol
 from ctmon.feeds import Feed
 from ctmon.store import ExitInfo, Session
+from ctmon.textsafe import clean_event
 from ctmon.tui.context import ReplayInfo, StoreView, ViewContext
 from ctmon.tui.details import (
     break_detail,
@@ -69,6 +70,7 @@ from ctmon.tui.panels import (
     StepsPanel,
 )
 from ctmon.tui.panes import KIND_LABEL, BreaksPane, EventsPane, FramesPane, OutputPane, Pane
+from ctmon.tui.safe import ansi_text, clean
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.timeline import Timeline
 
@@ -346,7 +348,7 @@ class MainScreen(Screen[None]):
             else:
                 screen = DetailScreen(f"Event: {item.kind}", entry_detail(item, ctx), name="event-detail")
         elif isinstance(pane, OutputPane):
-            screen = DetailScreen("Output line", Text(item.text), name="output-detail")
+            screen = DetailScreen("Output line", ansi_text(item.text), name="output-detail")
         if screen is not None:
             self.app.push_screen(screen)
 
@@ -445,7 +447,8 @@ class CtmonApp(App[AppResult]):
             for batch in self.feed.batches():
                 if self._stop_reading:
                     break
-                self.handoff.put(batch)
+                # recorded strings cleaned here, off the UI thread (ctmon.textsafe)
+                self.handoff.put([clean_event(ev) for ev in batch])
         except Exception as e:  # a broken socket or file: say so, keep showing what we have
             error = f"{type(e).__name__}: {e}"
         self._post(FeedEnded(error))
@@ -545,7 +548,7 @@ class CtmonApp(App[AppResult]):
         self.ctx.feed_done = True
         if message.error:
             self.feed_error = message.error
-            self.notify(f"feed stopped: {message.error}", severity="error", timeout=8)
+            self.notify(clean(f"feed stopped: {message.error}"), severity="error", timeout=8, markup=False)
         self._check_loaded()
         if self._quit_on_exit and self._drained:  # else the last events decide, once folded
             self.finish("stopped")

@@ -77,6 +77,9 @@ def put_title(widget: Any, text: str) -> None:
     """A border title taken literally (it may hold filter text or brackets)."""
     from textual.content import Content
 
+    from ctmon.tui.safe import clean
+
+    text = clean(text, tab=" ")
     if getattr(widget, "title_plain", None) == text:
         return
     widget.border_title = Content(text)

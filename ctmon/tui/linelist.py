@@ -20,6 +20,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ctmon.tui.safe import safe_text
+
 RenderRow = Callable[[Any, int], Text]
 
 
@@ -312,6 +314,7 @@ class LineList(ScrollView, can_focus=True):
         return strip
 
     def _strip(self, text: Text, width: int, base: Style) -> Strip:
+        text = safe_text(text)  # recorded strings: no control character reaches the terminal
         text.no_wrap = True
         text.truncate(width, overflow="ellipsis", pad=True)
         if base:

@@ -21,6 +21,7 @@ from ctmon.tui import fmt
 from ctmon.tui.context import StoreView, ViewContext, put_title
 from ctmon.tui.linelist import LineList
 from ctmon.tui.panels import localize
+from ctmon.tui.safe import ansi_text
 
 _SPACES = re.compile(r"\s+")
 _CID_PREFIX = re.compile(r"^\d+/\d+: ")
@@ -407,11 +408,7 @@ class OutputPane(Pane):
         super().set_filter(text)
 
     def _row(self, line: OutputLine, width: int) -> Text:
-        if "\x1b" in line.text:
-            t = Text.from_ansi(line.text)
-        else:
-            t = Text(line.text.replace("\t", "    "))
-        return t
+        return ansi_text(line.text)
 
     def update_view(self) -> None:
         out = self.ctx.session.output

@@ -13,6 +13,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from ctmon.tui.safe import clean, safe_text
+
 KEYS: list[tuple[str, str]] = [
     ("q", "quit (asks whether to stop the job if ctmon started it)"),
     ("Ctrl-C", "stop the job (SIGINT); again: kill it"),
@@ -204,8 +206,9 @@ class DetailScreen(Screen[None]):
 
     def __init__(self, title: str, body: Text, name: str) -> None:
         super().__init__(name=name)
-        self.title_text = title
-        self.body = body
+        # recorded text, shown literally: no markup, no control characters
+        self.title_text = clean(title, tab=" ")
+        self.body = safe_text(body, tab_size=None)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail-body") as v:

@@ -18,10 +18,13 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from ctmon.tui.safe import safe_text
+
 
 def text_strips(text: Text, width: int, height: int, base: Style, console: Console) -> list[Strip]:
     """One strip per line of ``text``, each exactly ``width`` cells, at most ``height``."""
     strips = []
+    text = safe_text(text)  # recorded strings: no control character reaches the terminal
     for y, line in enumerate(text.split("\n", allow_blank=True)[: max(0, height)]):
         if line.cell_len > width:
             line.truncate(width, overflow="ellipsis")
