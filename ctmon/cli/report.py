@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     checks = parse_budgets(budgets)
     session, stats = load(path)
     report = build_report(session)
-    for w in stats.warnings:
+    for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(f"ctmon: {w}\n")
     if fmt == "json":
         json.dump(report, sys.stdout, indent=2, sort_keys=False, allow_nan=False, default=str)
