@@ -63,7 +63,7 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     sdir = runtime.session_dir(sid)
     try:
         sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record",
-                                                 listen=listen))
+                                                 listen=listen, new_files=output is None))
         if listen:
             sup.on_listening = lambda addr, token: _say(
                 f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token {token}")

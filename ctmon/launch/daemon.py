@@ -50,6 +50,7 @@ def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, in
         "session_id": sid,
         "session_dir": sdir,
         "pty_size": list(pty_size),
+        "new_files": recording is None,
     }
     cfg_path = os.path.join(sdir, "launch.json")
     with open(cfg_path, "w") as f:
@@ -97,6 +98,7 @@ def main() -> None:
         mode="attach",
         output_log=cfg["output_log"],
         pty_size=tuple(cfg.get("pty_size") or (40, 120)),  # type: ignore[arg-type]
+        new_files=bool(cfg.get("new_files")),
     )
     try:
         Supervisor(spec, opts).run()
