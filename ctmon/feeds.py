@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ctmon import protocol
 from ctmon.reader import ReadStats, open_recording, unreadable_note
@@ -62,7 +63,7 @@ class RecordingFeed(Feed):
         self.live = follow
         self.poll_s = poll_s
         self.stats = ReadStats()
-        self._last_t: object = None
+        self._last_t: Any = None  # the last event's t, for the note on unreadable lines
         self._closed = threading.Event()
         self._f = open_recording(path)  # raises RecordingError with a clear message
 
