@@ -96,3 +96,18 @@ def test_gate_fails_compile_budgets_only_when_compiles_were_lost() -> None:
     assert gate.broken(budgets, report) == []
     report["notes"][0]["message"] = "\x1b]0;pwned\x07x"
     assert gate.capture_lines(report) == ["note: ?]0;pwned?x"]
+
+
+def test_a_job_that_keeps_reconfiguring_is_noted_a_bounded_number_of_times(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(trace, "compiles_started", lambda: 0)
+    lg = logging.Logger("ctmon.test.trace2")
+    lg.propagate = False
+    h = _Handler()
+    trace.attach_first(lg, h)
+    watch = trace.TraceWatch(lg, h)
+    notes = []
+    for _ in range(50):
+        lg.disabled = True
+        notes += watch()
+        assert not lg.disabled
+    assert len(notes) == trace.NOTES_MAX

@@ -146,6 +146,7 @@ class TraceHandler(logging.Handler):
 # A note from this source means compile events may be missing: the CI gate
 # (ctmon/report/gate.py) keys on it.
 CAPTURE_SOURCE = "capture"
+NOTES_MAX = 10
 
 
 def compiles_started() -> int | None:
@@ -185,6 +186,7 @@ class TraceWatch:
         self._handler = handler
         self._ok_at = time.time()
         self._compiles = compiles_started()
+        self.notes = 0
 
     def __call__(self) -> list[protocol.Event]:
         lg, h = self._logger, self._handler
@@ -199,6 +201,9 @@ class TraceWatch:
         lost = after - before if after is not None and before is not None else None
         when = f"between {_clock(self._ok_at)} and {_clock(now)}"  # last seen working .. now
         self._ok_at, self._compiles = now, after
+        self.notes += 1
+        if self.notes > NOTES_MAX and lost == 0:
+            return []  # a job that keeps reconfiguring: say again only when something was lost
         if lost == 0:
             level, tail = "info", "no compile started while it was off, so none is missing"
         elif lost:
