@@ -204,3 +204,11 @@ def test_runtime_dir_falls_back_when_socket_paths_would_not_fit(monkeypatch, lon
         assert all(len(os.path.join(d, n)) <= runtime.SOCKET_PATH_MAX for n in runtime.SOCKET_NAMES)
     finally:
         os.rmdir(d)
+
+
+def test_output_that_is_a_fifo_is_refused_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fifo = str(tmp_path / "r.jsonl")
+    os.mkfifo(fifo)
+    script, marker = marker_script(str(tmp_path))
+    only_line(ctmon("record", "-o", fifo, script), f"ctmon: {fifo} is not a regular file")
+    assert not os.path.exists(marker)

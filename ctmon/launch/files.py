@@ -55,6 +55,8 @@ def open_given(path: str) -> int:
     try:
         fd = os.open(path, _flags(), 0o600)
     except OSError as e:
+        if e.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK kept the open from hanging)
+            raise FileRefused(f"{path} is not a regular file (refusing to write the recording there)") from None
         raise FileRefused(f"cannot write the recording to '{path}': {e.strerror or e}") from None
     return _finish(path, fd, check_owner=False)
 
