@@ -212,3 +212,24 @@ def test_output_that_is_a_fifo_is_refused_at_once(tmp_path) -> None:  # type: ig
     script, marker = marker_script(str(tmp_path))
     only_line(ctmon("record", "-o", fifo, script), f"ctmon: {fifo} is not a regular file")
     assert not os.path.exists(marker)
+
+
+def test_attach_to_a_recording_being_written_fails_before_its_monitor_says_ready(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``attach`` takes the viewer socket's appearance as "ready": the lock is
+    taken before it, so a refused recording is an error, not a dead monitor."""
+    import fcntl
+
+    from ctmon.launch.daemon import DaemonError, start_detached
+    from ctmon.launch.spec import JobSpec
+
+    rec = str(tmp_path / "busy.jsonl")
+    script, marker = marker_script(str(tmp_path))
+    with open(rec, "w") as holder:
+        holder.write(EARLIER)
+        holder.flush()
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(DaemonError, match=f"{rec} is being written by another ctmon \\(pid {os.getpid()}\\)"):
+            start_detached(JobSpec(mode="script", target=script, cwd=str(tmp_path)), rec)
+    assert not os.path.exists(marker)
+    with open(rec) as f:
+        assert f.read() == EARLIER

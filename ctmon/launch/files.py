@@ -19,7 +19,8 @@ A file named by neither (the output log next to ``-o FILE``) is opened with
 
 Every file is locked (``flock``, exclusive) for the run, so a second ctmon
 writing the same recording is refused instead of interleaving lines with the
-first; it is emptied only once it is locked.
+first. It is emptied (``empty``) only once the lock is ours and the rest of
+the run's setup has gone through.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def open_new(path: str) -> int:
 
 
 def open_given(path: str) -> int:
-    """Open ``path`` (a name the user gave) for writing, locked and emptied."""
+    """Open ``path`` (a name the user gave) for writing, locked, not yet emptied."""
     refuse_protected_symlink(path)
     try:
         fd = os.open(path, _flags(), 0o600)
@@ -85,13 +86,17 @@ def _finish(path: str, fd: int, check_owner: bool) -> int:
             holder = lock_holder(st)
             who = f" (pid {holder})" if holder else ""
             raise FileRefused(f"{path} is being written by another ctmon{who}") from None
-        if stat.S_ISREG(st.st_mode):
-            os.ftruncate(fd, 0)  # only now: the lock is ours and setup went through
         os.set_blocking(fd, True)
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def empty(fd: int) -> None:
+    """Empty a file opened above, once the run is set up (a FIFO or device is left alone)."""
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.ftruncate(fd, 0)
 
 
 def reopen_for_reading(fd: int, path: str) -> int:

@@ -169,8 +169,9 @@ class Supervisor:
         return s
 
     def _open_recording(self) -> None:
-        """Called once everything else is set up: an existing recording is
-        emptied only when the job is about to start (ctmon/launch/files.py)."""
+        """Open and lock the recording (and output log); an existing file is
+        emptied by ``_empty_recording`` only once setup has gone through
+        (ctmon/launch/files.py)."""
         path = self.opts.recording
         try:
             self._rec_fd = files.open_new(path) if self.opts.new_files else files.open_given(path)
@@ -184,6 +185,14 @@ class Supervisor:
                 self._outlog = os.fdopen(lfd, "wb", buffering=1 << 16)
             except (files.FileRefused, OSError):
                 self._outlog = None  # the job's output still reaches viewers and the recording
+
+    def _empty_recording(self) -> None:
+        files.empty(self._rec_fd)
+        if self._outlog is not None:
+            try:
+                files.empty(self._outlog.fileno())
+            except OSError:
+                self._outlog = None
 
     def _make_stream(self, name: str, our_fd: int) -> tuple[int, _Stream]:
         """A pty when the job should see a terminal, else a pipe."""
@@ -244,9 +253,10 @@ class Supervisor:
                 self._listen_tcp(self.opts.listen)
             except (OSError, ValueError) as e:
                 raise SupervisorError(f"cannot listen on {self.opts.listen}: {getattr(e, 'strerror', None) or e}") from None
+        self._open_recording()  # locked, not yet emptied: before the viewer socket says "ready"
         self.agent_sock = self._listen(self.agent_path)
         self.viewer_sock = self._listen(self.viewer_path)
-        self._open_recording()  # last: a failed setup leaves an earlier recording as it was
+        self._empty_recording()  # setup went through: an earlier recording may go now
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
