@@ -19,9 +19,10 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ctmon import protocol
-from ctmon.reader import ReadStats, open_recording
+from ctmon.reader import ReadStats, open_recording, unreadable_note
 
 Batch = list[protocol.Event]
 BATCH_MAX = 2000
@@ -66,6 +67,7 @@ class RecordingFeed(Feed):
         self.live = follow
         self.poll_s = poll_s
         self.stats = ReadStats()
+        self._last_t: Any = None  # the last event's t, for the note on unreadable lines
         self._closed = threading.Event()
         self._f = open_recording(path)  # raises RecordingError with a clear message
 
@@ -91,8 +93,22 @@ class RecordingFeed(Feed):
                 if self.follow and any(ev["kind"] == protocol.EXIT for ev in batch):
                     self.follow = False
                 if batch:
+                    self._last_t = batch[-1].get("t")
                     yield batch
-            self.stats.truncated_tail = bool(splitter.pending.strip())
+            tail = splitter.pending
+            if tail.strip():
+                # a last line without its newline: complete if it parses (as iter_stream does)
+                last = protocol.decode(tail)
+                if last is not None:
+                    self.stats.events += 1
+                    self._last_t = last.get("t")
+                    yield [last]
+                else:
+                    self.stats.truncated_tail = True
+            self.stats.oversized = splitter.oversized
+            note = unreadable_note(self.stats, self._last_t)
+            if note is not None:
+                yield [note]
         finally:
             f.close()
 

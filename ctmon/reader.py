@@ -126,3 +126,17 @@ def read_recording(path: str, stats: ReadStats | None = None) -> Iterator[protoc
         st.warnings.append("the recording ends mid-line (cut off); everything before the cut is shown")
     if st.bad_lines:
         st.warnings.append(f"{st.bad_lines} line(s) were not ctmon events and were skipped")
+    if st.oversized:
+        st.warnings.append(f"{st.oversized} line(s) longer than {protocol.MAX_LINE_BYTES} bytes were skipped")
+
+
+def unreadable_note(st: ReadStats, t: float | None = None) -> protocol.Event | None:
+    """A warning note for the store (so replay's log and the report's notes
+    show it too) when lines of the recording could not be read, or None."""
+    parts = [(st.oversized, "oversized"), (1 if st.truncated_tail else 0, "unterminated"), (st.bad_lines, "corrupt")]
+    total = sum(n for n, _ in parts)
+    if not total:
+        return None
+    detail = ", ".join(f"{n} {what}" for n, what in parts if n)
+    return {"kind": protocol.NOTE, "t": t, "level": "warning", "source": "ctmon",
+            "message": f"{total} line(s) of the recording could not be read ({detail}) and were skipped"}

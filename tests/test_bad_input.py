@@ -188,10 +188,13 @@ def test_listen_address_in_use_is_refused_before_the_job_starts(tmp_path) -> Non
 # ------------------------------------------------------ the recording path
 
 
-def test_output_into_a_missing_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    target = tmp_path / "nope" / "r.jsonl"
+def test_output_into_a_directory_that_cannot_be_created(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A missing directory is created (mkdir -p); one under a plain file cannot be."""
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "sub" / "r.jsonl"
     one_line_error(ctmon("record", "-o", str(target), JOB),
-                   f"ctmon: cannot write the recording to '{target}': directory {tmp_path / 'nope'} does not exist")
+                   f"ctmon: cannot write the recording to '{target}': cannot create {tmp_path / 'a-file' / 'sub'}: "
+                   "Not a directory")
 
 
 def test_output_is_a_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -283,3 +283,58 @@ def test_real_recording_shape_round_trips_through_report(tmp_path):
     assert r["exit_code"] == 0
     assert r["compile"]["compiles"] == 1
     assert r["session_id"] == SESSION["id"]
+
+
+# ------------------------------------------------------------ what the user is told
+
+
+def _ctmon_report(path: str, *args: str):
+    import subprocess
+    import sys
+
+    from helpers import ROOT, env_with
+
+    return subprocess.run([sys.executable, "-m", "ctmon", "report", path, *args], cwd=ROOT, env=env_with(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_second_session_header_keeps_the_first_and_warns(tmp_path):
+    other = dict(SESSION, id="20261122-999999-other-2", command=["python", "other.py"], job_pid=99)
+    data = recording_bytes() + recording_bytes([other, *EVENTS[1:]])  # cat a.jsonl b.jsonl
+    evs, _ = read_all(write(tmp_path, "cat.jsonl", data))
+    s = Session().apply_all(evs)
+    assert s.meta.session_id == SESSION["id"] and s.meta.command == ["python", "x.py"] and s.meta.pid == 11
+    (note,) = s.notes
+    assert note["level"] == "warning"
+    assert note["message"] == (f"recording holds a second session header at event {len(EVENTS) + 1} "
+                               "(two recordings concatenated?); showing the first")
+    out = _ctmon_report(write(tmp_path, "cat2.jsonl", data), "--json")
+    rep = json.loads(out.stdout)
+    assert rep["session_id"] == SESSION["id"]
+    assert any("second session header" in n["message"] for n in rep["notes"])
+
+
+def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
+    from ctmon.feeds import RecordingFeed
+
+    lines = [protocol.encode(e) for e in EVENTS]
+    huge = b'{"kind":"output","t":1.0,"data":"' + b"x" * (protocol.MAX_LINE_BYTES + 10) + b'"}\n'
+    data = lines[0] + lines[1] + huge + b"not json\n" + b"".join(lines[2:]) + b'{"kind":"out'
+    path = write(tmp_path, "bad.jsonl", data)
+    want = "3 line(s) of the recording could not be read (1 oversized, 1 unterminated, 1 corrupt) and were skipped"
+    out = _ctmon_report(path, "--json")
+    assert out.returncode == 0, out.stderr
+    assert any(n["message"] == want and n["level"] == "warning" for n in json.loads(out.stdout)["notes"])
+    assert "longer than" in out.stderr and "Traceback" not in out.stderr
+    feed = RecordingFeed(path)
+    s = Session().apply_all(ev for batch in feed.batches() for ev in batch)
+    assert [n["message"] for n in s.notes] == [want]
+    assert s.exit is not None and s.compile.compile_count == 1
+
+
+def test_replay_reads_a_last_line_without_its_newline(tmp_path):
+    from ctmon.feeds import RecordingFeed
+
+    path = write(tmp_path, "nonl.jsonl", recording_bytes().rstrip(b"\n"))
+    evs = [ev for batch in RecordingFeed(path).batches() for ev in batch]
+    assert evs == EVENTS

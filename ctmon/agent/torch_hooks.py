@@ -33,7 +33,7 @@ from typing import Any
 from ctmon import protocol
 from ctmon.agent.core import Agent
 from ctmon.agent.steps import DeviceTimer
-from ctmon.agent.trace import TraceHandler, attribute_module
+from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 
 TRACE_LOGGER = "torch.__trace"
 
@@ -143,17 +143,11 @@ def install(agent: Agent, torch: Any) -> None:
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)
     handler = TraceHandler(ch, attribute_module)
-    trace_log.addHandler(handler)
-    # First in line: without TORCH_TRACE, PyTorch's own LazyTraceHandler
-    # removes itself from the logger while the first record is being handled,
-    # and logging's loop over the handler list then skips the handler after it
-    # for that record.
-    handlers = trace_log.handlers
-    if len(handlers) > 1 and handlers[-1] is handler:
-        handlers.remove(handler)
-        handlers.insert(0, handler)
+    attach_first(trace_log, handler)
     if trace_log.level == logging.NOTSET or trace_log.level > logging.DEBUG:
         trace_log.setLevel(logging.DEBUG)
+    # the job's own logging set-up may switch it off later: put it back, say so
+    agent._periodic_hooks.append(TraceWatch(trace_log, handler))
 
     # 2. optimizer steps
     from torch.optim.optimizer import register_optimizer_step_post_hook

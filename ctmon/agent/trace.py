@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -140,6 +141,115 @@ class TraceHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() is used
         self.handle(record)
+
+
+# A note from this source means compile events may be missing: the CI gate
+# (ctmon/report/gate.py) keys on it.
+CAPTURE_SOURCE = "capture"
+NOTES_MAX = 10
+
+
+def compiles_started() -> int | None:
+    """How many compile ids Dynamo has handed out (every compile, recompiles
+    included, gets one before its ``dynamo_start``), or None when unknown."""
+    cf = sys.modules.get("torch._dynamo.convert_frame")
+    counter = getattr(cf, "FRAME_COMPILE_COUNTER", None)
+    if not isinstance(counter, dict):
+        return None
+    try:
+        return sum(v for v in counter.values() if isinstance(v, int))
+    except (RuntimeError, TypeError):  # resized by a compiling thread mid-sum
+        return None
+
+
+class TraceWatch:
+    """Keeps ctmon's handler on ``torch.__trace`` working, and says when it was not.
+
+    The job's own logging set-up can turn the logger off after ctmon hooked
+    it: ``logging.config.dictConfig`` (``disable_existing_loggers=True`` by
+    default) sets ``disabled``; configuring the ``torch`` logger resets its
+    children (handlers cleared, ``propagate`` on); code can clear
+    ``handlers`` by hand. Any of these stops every compile event.
+
+    Called on the sender thread at each flush (every 50 ms): four attribute
+    reads when all is well. When something is off it puts the logger back as
+    PyTorch itself sets it up (DEBUG, not propagating, ctmon's handler first)
+    and returns a note. Restoring does not change what the job's program
+    does: records of this logger never propagate, and without TORCH_TRACE
+    ctmon's handler is the only one, so nothing of the user's sees them.
+    With TORCH_TRACE set, PyTorch's own trace file resumes too, which is what
+    TORCH_TRACE asks for.
+    """
+
+    def __init__(self, logger: logging.Logger, handler: logging.Handler) -> None:
+        self._logger = logger
+        self._handler = handler
+        self._ok_at = time.time()
+        self._compiles = compiles_started()
+        self.notes = 0
+
+    def __call__(self) -> list[protocol.Event]:
+        lg, h = self._logger, self._handler
+        if not lg.disabled and not lg.propagate and lg.level <= logging.DEBUG and h in lg.handlers:
+            self._ok_at = time.time()
+            self._compiles = compiles_started()
+            return []
+        what = self._repair()
+        now = time.time()
+        after = compiles_started()
+        before = self._compiles
+        lost = after - before if after is not None and before is not None else None
+        when = f"between {_clock(self._ok_at)} and {_clock(now)}"  # last seen working .. now
+        self._ok_at, self._compiles = now, after
+        self.notes += 1
+        if self.notes > NOTES_MAX and lost == 0:
+            return []  # a job that keeps reconfiguring: say again only when something was lost
+        if lost == 0:
+            level, tail = "info", "no compile started while it was off, so none is missing"
+        elif lost:
+            level, tail = "warning", f"{lost} compile(s) started while it was off: their events are missing from this recording"
+        else:
+            level, tail = "warning", "compile events in between may be missing"
+        msg = (f"the job's logging configuration {what} PyTorch's trace logger (torch.__trace) {when}; "
+               f"ctmon re-enabled it; {tail} (configure logging before importing torch, or with "
+               "disable_existing_loggers=False)")
+        return [{"kind": protocol.NOTE, "t": now, "level": level, "source": CAPTURE_SOURCE,
+                 "message": msg, "missing_compiles": lost}]
+
+    def _repair(self) -> str:
+        lg, h = self._logger, self._handler
+        what = []
+        if lg.disabled:
+            what.append("disabled")
+            lg.disabled = False
+        if h not in lg.handlers:
+            what.append("removed ctmon's handler from")
+            lg.addHandler(h)
+            attach_first(lg, h)
+        if lg.propagate:
+            lg.propagate = False  # as PyTorch sets it: trace records are not the user's logs
+        if lg.level > logging.DEBUG:
+            what.append("raised the level of")
+            lg.setLevel(logging.DEBUG)
+        return " and ".join(what) or "reconfigured"
+
+
+def attach_first(logger: logging.Logger, handler: logging.Handler) -> None:
+    """Put ``handler`` first in line on ``logger``.
+
+    Without TORCH_TRACE, PyTorch's own LazyTraceHandler removes itself from
+    the logger while the first record is being handled, and logging's loop
+    over the handler list then skips the handler after it for that record."""
+    if handler not in logger.handlers:
+        logger.addHandler(handler)
+    handlers = logger.handlers
+    if len(handlers) > 1 and handlers[0] is not handler:
+        handlers.remove(handler)
+        handlers.insert(0, handler)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 100) % 100:02d}"
 
 
 def read_dynamo_config() -> dict[str, Any]:

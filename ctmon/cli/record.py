@@ -64,7 +64,7 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     sdir = runtime.session_dir(sid)
     try:
         sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record",
-                                                 listen=listen))
+                                                 listen=listen, new_files=output is None))
         if listen:
             sup.on_listening = lambda addr, token: _announce(sup, addr, os.path.join(sdir, "token"))
         try:
@@ -76,7 +76,7 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     report = build_report(sup.session)
     lines = [] if quiet else summary_lines(report, recording if output is None else output)
     failures = gate.broken(budgets or [], report)
-    lines += [f"ctmon: {msg}" for msg in failures]
+    lines += [f"ctmon: {msg}" for msg in gate.capture_lines(report, quiet) + failures]
     try:
         if lines:
             sys.stderr.write("\n".join(lines) + "\n")

@@ -7,7 +7,7 @@ import sys
 
 from ctmon.cli import CliError
 from ctmon.cli.record import parse_budgets
-from ctmon.reader import ReadStats, read_recording
+from ctmon.reader import ReadStats, read_recording, unreadable_note
 from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text
@@ -33,6 +33,9 @@ options:
 def load(path: str) -> tuple[Session, ReadStats]:
     stats = ReadStats()
     session = Session().apply_all(read_recording(path, stats))
+    note = unreadable_note(stats, session.last_t)
+    if note is not None:
+        session.apply(note)
     return session, stats
 
 
@@ -65,7 +68,7 @@ def main(argv: list[str]) -> int:
     checks = parse_budgets(budgets)
     session, stats = load(path)
     report = build_report(session)
-    for w in stats.warnings:
+    for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":
         json.dump(report, sys.stdout, indent=2, sort_keys=False, allow_nan=False, default=str)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import BinaryIO
 
 from ctmon.launch import runtime
 from ctmon.launch.spec import JobSpec
@@ -50,13 +51,16 @@ def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, in
         "session_id": sid,
         "session_dir": sdir,
         "pty_size": list(pty_size),
+        "new_files": recording is None,
     }
     cfg_path = os.path.join(sdir, "launch.json")
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
     log_path = os.path.join(sdir, "supervisor.log")
     code = f"import sys;sys.path.insert(0,{_CTMON_PARENT!r});from ctmon.launch.daemon import main;main()"
-    with open(log_path, "wb") as log:
+    # Kept open: a supervisor that fails removes its session directory, log
+    # included, and its last line is the error to show.
+    with open(log_path, "w+b") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", code, cfg_path],
             stdin=subprocess.DEVNULL,
@@ -66,21 +70,21 @@ def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, in
             start_new_session=True,
             cwd=spec.cwd,
         )
-    viewer = os.path.join(sdir, "viewer.sock")
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not os.path.exists(viewer):
-        if proc.poll() is not None:
-            raise DaemonError(_last_line(log_path) or f"the supervisor exited with status {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise DaemonError("the supervisor did not start in time")
-        time.sleep(0.01)
+        viewer = os.path.join(sdir, "viewer.sock")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not os.path.exists(viewer):
+            if proc.poll() is not None:
+                raise DaemonError(_last_line(log) or f"the supervisor exited with status {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise DaemonError("the supervisor did not start in time")
+            time.sleep(0.01)
     return Detached(sid, sdir, viewer, os.path.abspath(rec), os.path.abspath(outlog), proc)
 
 
-def _last_line(path: str) -> str:
+def _last_line(log: BinaryIO) -> str:
     try:
-        with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f if ln.strip()]
+        log.seek(0)
+        lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
         return lines[-1] if lines else ""
     except OSError:
         return ""
@@ -97,6 +101,7 @@ def main() -> None:
         mode="attach",
         output_log=cfg["output_log"],
         pty_size=tuple(cfg.get("pty_size") or (40, 120)),  # type: ignore[arg-type]
+        new_files=bool(cfg.get("new_files")),
     )
     try:
         Supervisor(spec, opts).run()

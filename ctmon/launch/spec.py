@@ -81,7 +81,11 @@ def check_writable(path: str) -> None:
         raise UsageError(f"cannot write the recording to '{path}': it is a directory")
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(parent):
-        raise UsageError(f"cannot write the recording to '{path}': directory {parent} does not exist")
+        # like `mkdir -p`: `-o runs/today/x.jsonl` in a fresh checkout just works
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write the recording to '{path}': cannot create {parent}: {e.strerror or e}") from None
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             raise UsageError(f"cannot write the recording to '{path}': permission denied")

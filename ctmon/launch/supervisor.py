@@ -44,7 +44,7 @@ from typing import Any
 
 import ctmon
 from ctmon import protocol
-from ctmon.launch import execwatch, relay, stdfds
+from ctmon.launch import execwatch, files, relay, stdfds
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
 from ctmon.store import ExitInfo, Session
@@ -76,6 +76,7 @@ class SupervisorOptions:
     pty_size: tuple[int, int] = (40, 120)
     extra_env: dict[str, str] = field(default_factory=dict)
     listen: str | None = None  # "[HOST:]PORT": also serve viewers over TCP (token required)
+    new_files: bool = False  # ctmon chose the names: create them, never reuse what is there
 
 
 class SupervisorError(Exception):
@@ -188,12 +189,28 @@ class Supervisor:
         return s
 
     def _open_recording(self) -> None:
-        self._rec_fd = os.open(self.opts.recording, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        self._rec_read_fd = os.open(self.opts.recording, os.O_RDONLY)
+        """Open and lock the recording (and output log); an existing file is
+        emptied by ``_empty_recording`` only once setup has gone through
+        (ctmon/launch/files.py)."""
+        path = self.opts.recording
+        try:
+            self._rec_fd = files.open_new(path) if self.opts.new_files else files.open_given(path)
+            self._rec_read_fd = files.reopen_for_reading(self._rec_fd, path)
+        except (files.FileRefused, OSError) as e:
+            raise SupervisorError(str(e) if isinstance(e, files.FileRefused) else f"cannot open {path}: {e}") from None
         if self.opts.output_log:
             try:
-                lfd = os.open(self.opts.output_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                log = self.opts.output_log
+                lfd = files.open_new(log) if self.opts.new_files else files.open_beside(log)
                 self._outlog = os.fdopen(lfd, "wb", buffering=1 << 16)
+            except (files.FileRefused, OSError):
+                self._outlog = None  # the job's output still reaches viewers and the recording
+
+    def _empty_recording(self) -> None:
+        files.empty(self._rec_fd)
+        if self._outlog is not None:
+            try:
+                files.empty(self._outlog.fileno())
             except OSError:
                 self._outlog = None
 
@@ -270,9 +287,10 @@ class Supervisor:
                 self._listen_tcp(self.opts.listen)
             except (OSError, ValueError) as e:
                 raise SupervisorError(f"cannot listen on {self.opts.listen}: {getattr(e, 'strerror', None) or e}") from None
-        self._open_recording()
+        self._open_recording()  # locked, not yet emptied: before the viewer socket says "ready"
         self.agent_sock = self._listen(self.agent_path)
         self.viewer_sock = self._listen(self.viewer_path)
+        self._empty_recording()  # setup went through: an earlier recording may go now
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))

@@ -97,6 +97,7 @@ class Session:
         self.first_t: float | None = None
         self.last_t: float | None = None
         self.newer_protocol = False
+        self._session_seen = False
         self.rev: Counter[str] = Counter()
         self._findings: list[Any] = []
         self._findings_key: Any = None
@@ -155,6 +156,14 @@ class Session:
         self.rev["log"] += 1
 
     def _on_session(self, ev: protocol.Event) -> None:
+        if self._session_seen:
+            # Two recordings joined into one file (cat a b > c): the later
+            # header would relabel the first run's events. Keep the first.
+            self._on_note({"kind": protocol.NOTE, "t": ev.get("t"), "level": "warning", "source": "ctmon",
+                           "message": f"recording holds a second session header at event {self.events} "
+                                      "(two recordings concatenated?); showing the first"})
+            return
+        self._session_seen = True
         m = self.meta
         m.session_id = nonempty(ev.get("id")) or m.session_id
         cmd = ev.get("command")
