@@ -3,6 +3,8 @@
 Usage: unchanged.py WORKLOAD [STEPS]. Prints "LOOP_STEPS n" (the loop's own
 count of optimizer steps or inference calls) when it finishes.
 """
+import inspect
+import json
 import os
 import sys
 import tempfile
@@ -103,12 +105,27 @@ def checkpointing_in_compiled_model(steps: int) -> int:
     return steps
 
 
+@torch._dynamo.disable
+def print_stack_once(seen: list[bool]) -> None:
+    # What inspect.stack() shows inside a compiled function (run eager here):
+    # the frames from this script's module frame on, innermost last.
+    if seen:
+        return
+    seen.append(True)
+    frames = [(f.filename, f.function) for f in reversed(inspect.stack())]
+    start = next(i for i, (fn, name) in enumerate(frames) if name == "<module>" and fn == os.path.abspath(__file__))
+    print("STACK " + json.dumps([f"{os.path.basename(fn)}:{name}" for fn, name in frames[start:]]))
+
+
 def compiled_function_inference(steps: int) -> int:
     model = MLP().eval()
+    seen: list[bool] = []
 
     @torch.compile(backend="eager")
     def predict(x: torch.Tensor) -> torch.Tensor:
-        return model(x).softmax(-1)
+        y = model(x)
+        print_stack_once(seen)
+        return y.softmax(-1)
 
     with torch.no_grad():
         for _ in range(steps):
