@@ -103,3 +103,26 @@ def test_the_comparison_sees_a_changed_program(tmp_path):
     plain, hooked = shapes
     assert len(hooked.breaks) == len(plain.breaks) + 1
     assert any(os.path.basename(b.site) == "hook.py:3" for b in hooked.breaks), hooked.breaks
+
+
+def test_optimizer_hook_folds_away_where_dynamo_traces_it(tmp_path):
+    """Compiled without torch.compile (torch._dynamo.optimize), the step runs
+    with ctmon's optimizer hook registered and Dynamo inlines it: the hook's
+    is_compiling() check folds it away -- no graph break, no warning, the same
+    frames compiled. (That frame's guards then include the hook dict's one
+    entry, and ctmon counts no steps from such a call: see RELIABILITY.md.)"""
+    name = "opt_step_dynamo_optimize"
+    plain_dir = str(tmp_path / "plain_trace")
+    plain = subprocess.run([sys.executable, SCRIPT, name, str(STEPS)], capture_output=True, text=True,
+                           env=env_with(TORCH_TRACE=plain_dir), timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    run = record(tmp_path / "ctmon", [SCRIPT, name, str(STEPS)], options=["-q"])
+    assert run.returncode == 0, run.proc.stderr[-3000:]
+    assert run.trace_dir is not None
+    want, got = read_trace_shape(plain_dir), read_trace_shape(run.trace_dir)
+    assert want.breaks, "the optimizer's own graph break is the premise"
+    assert got.breaks == want.breaks
+    key = [(c.compile_id, c.co_name, c.fail_type, c.fail_reason, c.recompile_reason) for c in want.compiles]
+    assert [(c.compile_id, c.co_name, c.fail_type, c.fail_reason, c.recompile_reason) for c in got.compiles] == key
+    assert _ctmon_frames(got) == []
+    assert _warnings(run.proc.stderr) == _warnings(plain.stderr)

