@@ -26,6 +26,7 @@ WORKLOADS = {
     "opt_step": "optimizer",  # torch.compile(opt.step): the compiled step is the optimizer's
     "ddp": "optimizer",
     "submodules": "optimizer",
+    "nested": "optimizer",  # a compiled submodule inside a compiled model
     "hooks": "compiled_call",
     "checkpoint": "optimizer",
     "function": "compiled_call",

@@ -95,6 +95,18 @@ def compiled_submodules(steps: int) -> int:
     return steps
 
 
+def compiled_model_with_compiled_submodule(steps: int) -> int:
+    model = torch.nn.Sequential(MLP(), torch.nn.ReLU(), MLP())
+    model[0] = torch.compile(model[0], backend="aot_eager")
+    cmodel = torch.compile(model, backend="aot_eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        cmodel(torch.randn(8, 32)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    return steps
+
+
 def hooks_on_compiled_model(steps: int) -> int:
     model = torch.nn.Sequential(MLP(), torch.nn.ReLU(), MLP())
     model[0].register_forward_hook(lambda mod, args, out: out * 2)
@@ -151,6 +163,7 @@ WORKLOADS = {
     "opt_step_dynamo_optimize": optimizer_step_through_dynamo_optimize,
     "ddp": compiled_ddp_no_sync,
     "submodules": compiled_submodules,
+    "nested": compiled_model_with_compiled_submodule,
     "hooks": hooks_on_compiled_model,
     "checkpoint": checkpointing_in_compiled_model,
     "function": compiled_function_inference,
