@@ -30,6 +30,7 @@ WORKLOADS = {
     "hooks": "compiled_call",
     "checkpoint": "optimizer",
     "function": "compiled_call",
+    "module_compile": "compiled_call",  # Module.compile(): torch.compile of its _call_impl
 }
 LOG_PREFIX = re.compile(r"^(\[rank\d+\]:)?[DIWEV]\d{4} [\d:.]+ +\d+ ")
 

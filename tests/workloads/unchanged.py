@@ -130,6 +130,15 @@ def checkpointing_in_compiled_model(steps: int) -> int:
     return steps
 
 
+def module_compile_in_place(steps: int) -> int:
+    model = MLP().eval()
+    model.compile(backend="eager")
+    with torch.no_grad():
+        for _ in range(steps):
+            model(torch.randn(8, 32))
+    return steps
+
+
 @torch._dynamo.disable
 def print_stack_once(seen: list[bool]) -> None:
     # What inspect.stack() shows inside a compiled function (run eager here):
@@ -167,6 +176,7 @@ WORKLOADS = {
     "hooks": hooks_on_compiled_model,
     "checkpoint": checkpointing_in_compiled_model,
     "function": compiled_function_inference,
+    "module_compile": module_compile_in_place,
 }
 
 if __name__ == "__main__":
