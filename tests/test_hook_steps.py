@@ -132,3 +132,31 @@ def test_a_compiled_optimizer_step_is_the_optimizers_step(tmp_path):
     assert_matches_torch_trace(rep, run.trace())
     assert rep["steps"]["source"] == "optimizer"
     assert rep["steps"]["count"] == 9
+
+
+def test_a_compiled_call_that_raises_leaves_the_optimizer_hook_in_place(tmp_path):
+    """The compiled call's exit hook runs however the call ends: after one
+    raised, optimizer steps are counted again."""
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "@torch.compile(backend='eager')\n"
+        "def check(x):\n"
+        "    if x.sum() > -1e9:\n"
+        "        raise ValueError('bad batch')\n"
+        "try:\n"
+        "    check(torch.zeros(2))\n"
+        "except ValueError:\n"
+        "    pass\n"
+        "for _ in range(5):\n"
+        "    m(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    run = record(tmp_path, [str(script)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    steps = run.report()["steps"]
+    assert steps["source"] == "optimizer"
+    assert steps["count"] == 5
