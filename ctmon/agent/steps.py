@@ -110,7 +110,7 @@ class StepClock:
         self.ch = channel
         self.rank = -1
         self.count = 0  # boundaries accepted from the current source
-        self.depth = 0  # nesting of compiled calls
+        self.depth = 0  # 1 while a top-level compiled call runs (one loop thread assumed)
         self._opt_key: int | None = None
         self._hooks: dict[Any, Any] | None = None  # torch's global optimizer post-hooks
         self._hook_id: Any = None
@@ -188,7 +188,7 @@ class StepClock:
         While a compiled call runs, the hook is out of PyTorch's hook dict
         (``call_hook``), so Dynamo, tracing a compiled ``opt.step``, sees the
         dict the plain program has. Should it trace the hook anyway (code
-        compiled outside ``torch.compile``), ``is_compiling()`` comes first
+        compiled outside ``torch.compile``), ``is_dynamo_compiling()`` comes first
         and is a closure cell, not an attribute of ours: Dynamo folds it to
         True and the hook vanishes -- no graph break, no guard on our state.
         The first optimizer that steps is the clock.
