@@ -3,7 +3,7 @@
 Four measurements, each printed as JSON and as a Markdown table row:
 
   steady     in-process, hook on vs off, interleaved: the per-step cost of the
-             step hooks (optimizer post-hook, compiled-call wrapper,
+             step hooks (optimizer post-hook, compiled-call enter hook,
              ctmon.step()) writing into a real shared-memory ring. Each round
              times many steps; rounds alternate on/off; the figure is the
              median of per-pair differences.
@@ -81,7 +81,7 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
     agent = Agent(None)  # no supervisor: events are dropped, hooks run for real
     agent.clock.attach_ring(StepRing.create(os.path.join(tmp, "steps.ring")))
     install(agent, torch)
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from ctmon.agent.torch_hooks import dynamo_enter_hooks
 
     dev = torch.device(device)
     results: dict[str, object] = {"device": device, "pairs": pairs, "steps_per_round": steps_per_round}
@@ -100,11 +100,7 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
         return (time.perf_counter_ns() - t0) / n
 
     def set_opt_hook(on: bool) -> None:
-        if on and agent.optimizer_hook is None:
-            agent.optimizer_hook = register_optimizer_step_post_hook(agent.clock.optimizer_post_hook)
-        elif not on and agent.optimizer_hook is not None:
-            agent.optimizer_hook.remove()
-            agent.optimizer_hook = None
+        _set_optimizer_hook(agent, on)
 
     results["optimizer_step_ns"] = _pairs(opt_round, set_opt_hook, pairs, steps_per_round)
 
@@ -112,15 +108,15 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
     def f(x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
-    wrapped = torch.compile(f, backend="eager")  # goes through ctmon's wrapper
-    raw = wrapped.__wrapped__  # what torch.compile returned
+    compiled = torch.compile(f, backend="eager")  # ctmon's enter hook is in its context's list
+    hooks = dynamo_enter_hooks(compiled)
+    assert hooks is not None
+    ours = hooks[-1]
     x = torch.zeros(1, device=dev)
-    raw(x)
-    wrapped(x)
-    state = {"fn": wrapped}
+    compiled(x)
 
     def call_round(n: int) -> float:
-        fn = state["fn"]
+        fn = compiled
         t0 = time.perf_counter_ns()
         for _ in range(n):
             fn(x)
@@ -129,8 +125,11 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
         return (time.perf_counter_ns() - t0) / n
 
     def set_call(on: bool) -> None:
-        agent.clock.rank = -1 if on else -1
-        state["fn"] = wrapped if on else raw
+        agent.clock.rank = -1
+        if on and ours not in hooks:
+            hooks.append(ours)
+        elif not on and ours in hooks:
+            hooks.remove(ours)
 
     set_opt_hook(False)
     agent.clock.rank, agent.clock.count = -1, 0
@@ -158,7 +157,7 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
     # host, without the 15-30 us of an optimizer step's noise around it.
     clock = agent.clock
     clock.rank, clock.count, clock._opt_key = -1, 0, None
-    hook = clock.optimizer_post_hook
+    hook = clock.optimizer_hook()  # what torch calls after each optimizer.step()
     no_args: tuple[()] = ()
     no_kwargs: dict[str, object] = {}
 
@@ -174,21 +173,39 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
     def call_hook() -> None:
         hook(opt, no_args, no_kwargs)
 
-    wrapped_empty = clock.wrap_compiled(empty)
-    rounds = {"optimizer_hook": [], "compiled_wrapper": [], "baseline_call": []}
+    enter = clock.call_hook(12345)  # what PyTorch's wrapper runs around each compiled call
+
+    def enter_and_leave() -> None:
+        enter()()
+
+    rounds = {"optimizer_hook": [], "compiled_call_hook": [], "baseline_call": []}
     for _ in range(pairs):
         rounds["baseline_call"].append(direct(empty, 200_000))
         rounds["optimizer_hook"].append(direct(call_hook, 200_000))
         clock.rank, clock.count = -1, 0
-        rounds["compiled_wrapper"].append(direct(wrapped_empty, 200_000))
+        rounds["compiled_call_hook"].append(direct(enter_and_leave, 200_000))
         clock.rank = 1
     base = statistics.median(rounds["baseline_call"])
     results["direct_ns"] = {
         "optimizer_hook_call": round(statistics.median(rounds["optimizer_hook"]), 1),
-        "compiled_wrapper_extra": round(statistics.median(rounds["compiled_wrapper"]) - base, 1),
+        # enter + leave, both counted: the call's own cost is in them
+        "compiled_call_hook": round(statistics.median(rounds["compiled_call_hook"]), 1),
         "python_call_baseline": round(base, 1),
     }
     return results
+
+
+def _set_optimizer_hook(agent, on: bool) -> None:  # type: ignore[no-untyped-def]
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    clock = agent.clock
+    if on and agent.optimizer_hook is None:
+        agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_hook())
+        clock.set_global_hook(agent.optimizer_hook.hooks_dict_ref(), agent.optimizer_hook.id)
+    elif not on and agent.optimizer_hook is not None:
+        clock.set_global_hook(None)
+        agent.optimizer_hook.remove()
+        agent.optimizer_hook = None
 
 
 def _pairs(run_round, toggle, pairs: int, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -221,7 +238,6 @@ def _pairs(run_round, toggle, pairs: int, n: int) -> dict[str, float]:  # type: 
 
 def train(device: str, pairs: int, step_ms: float) -> dict[str, object]:
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ctmon.agent.core import Agent
     from ctmon.agent.torch_hooks import install
@@ -279,11 +295,7 @@ def train(device: str, pairs: int, step_ms: float) -> dict[str, object]:
     n = max(50, int(1500 / step_ms))
 
     def set_hook(on: bool) -> None:
-        if on and agent.optimizer_hook is None:
-            agent.optimizer_hook = register_optimizer_step_post_hook(agent.clock.optimizer_post_hook)
-        elif not on and agent.optimizer_hook is not None:
-            agent.optimizer_hook.remove()
-            agent.optimizer_hook = None
+        _set_optimizer_hook(agent, on)
 
     res = _pairs(lambda k: timed(step, k), set_hook, pairs, n)
     timer = agent.clock.timer

@@ -92,3 +92,71 @@ def test_recording_keeps_every_step_of_a_firehose(tmp_path):
     batches = [e for e in run.events() if e["kind"] == "steps"]
     assert sum(len(e["ns"]) for e in batches) == n
     assert max(len(e["ns"]) for e in batches) <= 8192
+
+
+def test_a_compiled_call_is_one_step_whatever_runs_inside_it(tmp_path):
+    """A compiled training step that calls another compiled function and steps
+    the optimizer (both after a graph break, so they run through PyTorch's
+    wrappers and hooks) is one boundary per call, from the outer call."""
+    script = tmp_path / "nested.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "inner = torch.compile(lambda y: y * 2, backend='eager')\n"
+        "@torch.compile(backend='eager')\n"
+        "def train_step(x):\n"
+        "    loss = m(x).sum()\n"
+        "    torch._dynamo.graph_break()\n"
+        "    loss = inner(loss)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+        "for _ in range(7):\n"
+        "    train_step(torch.randn(2, 4))\n"
+    )
+    run = record(tmp_path, [str(script)])
+    assert run.returncode == 0, run.proc.stderr
+    rep = run.report()
+    assert_matches_torch_trace(rep, run.trace())
+    assert rep["steps"]["source"] == "compiled_call"
+    assert rep["steps"]["count"] == 7
+
+
+def test_a_compiled_optimizer_step_is_the_optimizers_step(tmp_path):
+    """torch.compile(opt.step): its calls are that optimizer's steps (the
+    optimizer source), counted once each though the step also runs hooks."""
+    run = record(tmp_path, [workload("unchanged.py"), "opt_step", "9"])
+    assert run.returncode == 0, run.proc.stderr
+    rep = run.report()
+    assert_matches_torch_trace(rep, run.trace())
+    assert rep["steps"]["source"] == "optimizer"
+    assert rep["steps"]["count"] == 9
+
+
+def test_a_compiled_call_that_raises_leaves_the_optimizer_hook_in_place(tmp_path):
+    """The compiled call's exit hook runs however the call ends: after one
+    raised, optimizer steps are counted again."""
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "@torch.compile(backend='eager')\n"
+        "def check(x):\n"
+        "    if x.sum() > -1e9:\n"
+        "        raise ValueError('bad batch')\n"
+        "try:\n"
+        "    check(torch.zeros(2))\n"
+        "except ValueError:\n"
+        "    pass\n"
+        "for _ in range(5):\n"
+        "    m(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    run = record(tmp_path, [str(script)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    steps = run.report()["steps"]
+    assert steps["source"] == "optimizer"
+    assert steps["count"] == 5

@@ -7,6 +7,10 @@ Three sources, by precedence (see protocol.STEP_RANK):
   is the clock (a GAN's second optimizer would otherwise double the count);
 * a call of a compiled callable at top level (not nested in another one) --
   inference loops have no optimizer; the first such callable is the clock.
+  A compiled ``optimizer.step`` counts as that optimizer's step.
+
+None of them changes what the job runs: no wrapper around user or compiled
+code, nothing Dynamo traces into (see ``optimizer_hook`` and ``call_hook``).
 
 Once a higher-ranked source shows up, lower ones are ignored from then on
 and the switch is recorded, so the viewer can drop the lower series.
@@ -22,7 +26,6 @@ non-blocking ``query()``, so no synchronisation is ever added.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -107,8 +110,11 @@ class StepClock:
         self.ch = channel
         self.rank = -1
         self.count = 0  # boundaries accepted from the current source
-        self.depth = 0  # nesting of compiled calls
+        self.depth = 0  # 1 while a top-level compiled call runs (one loop thread assumed)
         self._opt_key: int | None = None
+        self._hooks: dict[Any, Any] | None = None  # torch's global optimizer post-hooks
+        self._hook_id: Any = None
+        self._hook_fn: Any = None
         self._call_key: int | None = None
         self._next_check = 0
         self.timer: DeviceTimer | None = None
@@ -176,64 +182,91 @@ class StepClock:
     def api_step(self) -> None:
         self.mark(RANK_API)
 
-    def optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.rank > RANK_OPTIMIZER:
-            return
-        key = id(optimizer)
-        if self._opt_key is None:
-            self._opt_key = key
-        elif key != self._opt_key:
-            return
-        self.mark(RANK_OPTIMIZER)
+    def optimizer_hook(self) -> Callable[[Any, Any, Any], None]:
+        """The global optimizer step post-hook.
 
-    def wrap_compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap what torch.compile returned for a function, to count calls."""
-        clock = self
+        While a compiled call runs, the hook is out of PyTorch's hook dict
+        (``call_hook``), so Dynamo, tracing a compiled ``opt.step``, sees the
+        dict the plain program has. Should it trace the hook anyway (code
+        compiled outside ``torch.compile``), ``is_dynamo_compiling()`` comes first
+        and is a closure cell, not an attribute of ours: Dynamo folds it to
+        True and the hook vanishes -- no graph break, no guard on our state.
+        The first optimizer that steps is the clock.
+        """
         is_compiling = self.is_compiling
+        clock = self
         mark = self.mark
 
-        @functools.wraps(fn)
-        def ctmon_compiled_call(*args: Any, **kwargs: Any) -> Any:
-            # is_compiling() first: if Dynamo ever traces this wrapper (a
-            # compiled function calling another), it must see no reads of
-            # the clock's state, or it would guard on them and recompile.
-            if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
-                return fn(*args, **kwargs)
-            if clock._call_key != key:
-                if clock._call_key is not None:
-                    return fn(*args, **kwargs)  # not the loop's model
-                clock._call_key = key
-            mark(RANK_COMPILED)
-            clock.depth = 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                clock.depth = 0
+        def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if is_compiling() or clock.depth or clock.rank > RANK_OPTIMIZER:
+                return  # a compiled call in progress marks its own boundary
+            key = id(optimizer)
+            if clock._opt_key != key:
+                if clock._opt_key is not None:
+                    return  # a second optimizer (a GAN's) would double the count
+                clock._opt_key = key
+            mark(RANK_OPTIMIZER)
 
-        key = id(ctmon_compiled_call)
-        return ctmon_compiled_call
+        return optimizer_step_post_hook
 
-    def wrap_module_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap OptimizedModule.__call__ (class-wide) to count model calls."""
+    def set_global_hook(self, hooks: dict[Any, Any] | None, hook_id: Any = None) -> None:
+        """Where the optimizer hook is registered (torch's global post-hook
+        dict and its key), so compiled calls can take it out for their run."""
+        self._hooks, self._hook_id = hooks, hook_id
+        self._hook_fn = hooks.get(hook_id) if hooks is not None else None
+
+    def call_hook(self, key: int, rank: int = RANK_COMPILED) -> Callable[[], Callable[[], None]]:
+        """An enter hook for one compiled callable: counts its top-level calls.
+
+        PyTorch's own wrapper around a compiled callable runs a context's
+        ``enter_exit_hooks`` before each call and the cleanups they return after
+        it, in eager Python. A hook there adds no frame to the call's stack, and
+        Dynamo never traces it (a compiled callable called from traced code is
+        inlined past the wrapper). ``rank`` is RANK_OPTIMIZER for a compiled
+        ``optimizer.step`` (then ``key`` is the optimizer's id), else
+        RANK_COMPILED: the first callable called at top level is the clock.
+
+        For the call's duration the global optimizer hook is out of torch's
+        dict: an optimizer step inside the call is part of the call (one
+        boundary), and Dynamo tracing ``opt.step`` sees no hook of ours, so it
+        compiles what the plain program compiles (a folded hook would still
+        leave a guarded empty graph where the plain run has none).
+        """
         clock = self
-        is_compiling = self.is_compiling
         mark = self.mark
 
-        @functools.wraps(call)
-        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or clock.rank > RANK_COMPILED or clock.depth:
-                return call(module, *args, **kwargs)
-            key = id(module)
-            if clock._call_key != key:
-                if clock._call_key is not None:
-                    return call(module, *args, **kwargs)
-                clock._call_key = key
-            mark(RANK_COMPILED)
-            clock.depth = 1
-            try:
-                return call(module, *args, **kwargs)
-            finally:
-                clock.depth = 0
+        def leave() -> None:
+            clock.depth = 0
+            hooks = clock._hooks
+            if hooks is not None and clock._hook_fn is not None:
+                hooks[clock._hook_id] = clock._hook_fn
 
-        __call__.__ctmon_wrapped__ = call  # type: ignore[attr-defined]
-        return __call__
+        def enter() -> Callable[[], None]:
+            if clock.depth:
+                return _nothing  # nested in another compiled call
+            try:
+                clock.depth = 1
+                hooks = clock._hooks
+                if hooks is not None:
+                    hooks.pop(clock._hook_id, None)
+                if clock.rank > rank:
+                    return leave
+                if rank == RANK_OPTIMIZER:
+                    if clock._opt_key is None:
+                        clock._opt_key = key
+                    elif clock._opt_key != key:
+                        return leave
+                elif clock._call_key != key:
+                    if clock._call_key is not None:
+                        return leave  # not the loop's model
+                    clock._call_key = key
+                mark(rank)
+            except Exception:
+                pass  # the user's call must go ahead regardless
+            return leave
+
+        return enter
+
+
+def _nothing() -> None:
+    return None

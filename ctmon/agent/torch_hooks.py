@@ -2,8 +2,9 @@
 
 * a handler on PyTorch's structured-trace logger (compile events);
 * a global optimizer step post-hook (step boundaries);
-* a thin wrapper around ``torch.compile`` and ``OptimizedModule.__call__``
-  that counts calls of a compiled callable at top level (inference loops);
+* a thin wrapper around the call of ``torch.compile``, which puts a hook in
+  PyTorch's per-call enter hooks of what it returns, to count calls of a
+  compiled callable at top level (inference loops, compiled optimizer steps);
 * a probe that starts device-side step timing once the job initialises CUDA
   (ctmon never initialises CUDA itself: that would cost the job memory and
   break fork-based DataLoader workers).
@@ -32,7 +33,7 @@ from typing import Any
 
 from ctmon import protocol
 from ctmon.agent.core import Agent
-from ctmon.agent.steps import DeviceTimer
+from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 
 TRACE_LOGGER = "torch.__trace"
@@ -152,14 +153,16 @@ def install(agent: Agent, torch: Any) -> None:
     # 2. optimizer steps
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_post_hook)
+    # Dynamo folds either to True; is_dynamo_compiling costs a third as much.
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_dynamo_compiling", None) or getattr(compiler, "is_compiling", None)
+    if is_compiling is None:
+        is_compiling = lambda: False  # noqa: E731 - torch < 2.3
+    clock.is_compiling = is_compiling
+    agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_hook())
+    clock.set_global_hook(agent.optimizer_hook.hooks_dict_ref(), agent.optimizer_hook.id)
 
     # 3. compiled callables, for loops without an optimizer
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    if is_compiling is None:
-        is_compiling = lambda: False  # noqa: E731 - torch < 2.3: no nested-compile check needed
-    clock.is_compiling = is_compiling
     _wrap_torch_compile(agent, torch)
 
     # 4. device-true step times, once the job has initialised CUDA itself
@@ -177,11 +180,14 @@ def install(agent: Agent, torch: Any) -> None:
 
 
 def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
+    """Wrap the *call* of torch.compile: it runs before any compile and leaves
+    no frame behind. What it returned gets a hook in PyTorch's own per-call
+    enter hooks (steps.StepClock.call_hook); nothing else is wrapped."""
     original = torch.compile
     if getattr(original, "__ctmon_wrapped__", None) is not None:
         return
     clock = agent.clock
-    patched_module_cls: list[type] = []
+    warned: list[bool] = []
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
@@ -192,21 +198,42 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
                 # Decorator factory: its inner call goes through torch.compile
                 # (this function) again, with the model.
                 return result
-            if isinstance(result, torch.nn.Module):
-                cls = type(result)
-                if cls not in patched_module_cls:
-                    patched_module_cls.append(cls)
-                    if getattr(cls.__call__, "__ctmon_wrapped__", None) is None:
-                        cls.__call__ = clock.wrap_module_call(cls.__call__)
+            hooks = dynamo_enter_hooks(result)
+            if hooks is None:
+                if not warned:
+                    warned.append(True)
+                    agent.emit(note("warning", "ctmon cannot count calls of compiled callables with this torch "
+                                               "version; steps come from optimizer.step() and ctmon.step() only"))
                 return result
-            if callable(result):
-                return clock.wrap_compiled(result)
+            owner = getattr(model, "__self__", None)
+            if getattr(model, "__name__", "") == "step" and isinstance(owner, torch.optim.Optimizer):
+                hooks.append(clock.call_hook(id(owner), RANK_OPTIMIZER))
+            else:
+                hooks.append(clock.call_hook(id(result)))
         except Exception:
             pass
         return result
 
     compile.__ctmon_wrapped__ = original  # type: ignore[attr-defined]
     torch.compile = compile
+
+
+def dynamo_enter_hooks(compiled: Any) -> list[Any] | None:
+    """The per-call enter hooks of what torch.compile returned: an
+    OptimizedModule keeps its Dynamo context as ``dynamo_ctx``; a compiled
+    function is PyTorch's wrapper closure over that context."""
+    ctx = getattr(compiled, "__dict__", {}).get("dynamo_ctx")
+    if ctx is None:
+        for cell in getattr(compiled, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(getattr(value, "enter_exit_hooks", None), list) and hasattr(value, "callback"):
+                ctx = value
+                break
+    hooks = getattr(ctx, "enter_exit_hooks", None)
+    return hooks if isinstance(hooks, list) else None
 
 
 def torch_event(torch: Any) -> protocol.Event:
