@@ -238,7 +238,7 @@ class Run:
         return s
 
     def findings(self) -> list[Finding]:
-        return analyze(self.session())
+        return analyze(self.session(), strict=True)  # a rule that raises fails the test
 
 
 def by_id(findings: list[Finding]) -> dict[str, Finding]:
@@ -562,7 +562,7 @@ def test_graph_break_categories(summary, explanation, hints, cat):
     s = r.steps(3).session()
     (site,) = s.compile.breaks.values()
     assert category(site) == cat
-    (f,) = [f for f in analyze(s) if f.rule == "graph-breaks"]
+    (f,) = [f for f in analyze(s, strict=True) if f.rule == "graph-breaks"]
     assert f.id == f"graph-breaks:{cat}" and f.severity == "warning" and (f.file, f.line) == (F, 38)
 
 
@@ -953,3 +953,106 @@ def test_fake_nvml_without_a_driver_or_gpus(fake_nvml):
     fake_nvml.setenv("CTMON_FAKE_NVML_COUNT", "0")
     g = GpuSampler()
     assert not g.available and g.error == "no NVIDIA GPU"
+
+
+# ------------------------------------------- one finding per cause (issue 12)
+
+
+def test_a_rule_that_raises_is_seen_in_strict_mode(monkeypatch):
+    from ctmon.store import findings as engine
+
+    def broken(s):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(engine, "_RULES", (broken, *engine._RULES))
+    s = storm(2).session()
+    assert any(f.rule == "shape-recompiles" for f in analyze(s))  # a live view keeps the other findings
+    with pytest.raises(KeyError):
+        analyze(s, strict=True)
+
+
+def _reasons(fid: int, k: int, reasons: list[str]) -> dict:
+    return {"kind": "recompile_reasons", "compile_id": f"{fid}/{k}", "frame_id": fid, "reasons": reasons}
+
+
+# generate() with a static cache (torch 2.13 texts): the newest version fails on
+# the number of keyword arguments, the others name the prompt length
+STATIC_CACHE_REASONS = [
+    "0/1: len(kwargs) == 9  # return func(*args, **kwargs)  # transformers/utils/generic.py:940 in wrapper",
+    "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 7, actual 11",
+]
+
+
+def test_the_cause_is_read_from_every_failed_guard():
+    assert G.cause(STATIC_CACHE_REASONS).kind == G.SHAPE
+    assert G.cause(STATIC_CACHE_REASONS).name == "kwargs['input_ids']"
+    # the first failure wins when it already names a concrete change
+    assert G.cause([size_reason(1, "x"), "0/0: len(xs) == 2  # f(xs)  # t.py:3 in f"]).kind == G.SHAPE
+    assert G.cause(["0/0: len(xs) == 2  # f(xs)  # t.py:3 in f"]).kind == G.LENGTH
+    assert [g.kind for g in G.failed(STATIC_CACHE_REASONS + STATIC_CACHE_REASONS[:1])] == [G.LENGTH, G.SHAPE]
+    r = Run().steps(1).compile(0, "wrapper").compile(0, "wrapper", line=3)
+    r.add(_reasons(0, 2, STATIC_CACHE_REASONS))
+    r.compile(0, "wrapper", reason=STATIC_CACHE_REASONS[0])
+    f = only(r.steps(3).findings(), "shape-recompiles")
+    assert "dim 1 of tensor 'kwargs['input_ids']' changed" in f.title and "sizes 7, 11" in f.title
+    assert "also failed: len(kwargs) == 9" in f.evidence[0]
+    assert not [x for x in r.findings() if x.rule == "guard-recompiles"]  # no "length of kwargs" finding
+
+
+def seq_change(frames: list[tuple[str, str]], changes: int = 1, gap: float = 0.01) -> Run:
+    """A step loop where each new sequence length recompiles ``frames`` (name, guarded tensor) one after another,
+    as a Hugging Face model's wrapper, forward, loss and output do."""
+    r = Run().steps(1)
+    for fid, (name, _) in enumerate(frames):
+        r.compile(fid, name, line=10 * (fid + 1))
+    r.steps(3)
+    sizes = [16 + 8 * i for i in range(changes + 1)]
+    for k in range(changes):
+        r.steps(1)
+        for fid, (name, tensor) in enumerate(frames):
+            r.at(r.t + gap).compile(fid, name, line=10 * (fid + 1), dur=0.5,
+                                    reason=f"{fid}/{k}: tensor '{tensor}' size mismatch at index 1. "
+                                           f"expected {sizes[k]}, actual {sizes[k + 1]}")
+        r.steps(3)
+    return r
+
+
+GPT2_FRAMES = [("wrapper", "kwargs['input_ids']"), ("forward", "input_ids"), ("ForCausalLMLoss", "labels"),
+               ("__init__", "logits")]
+
+
+def test_one_input_change_recompiling_several_frames_is_one_finding():
+    fs = seq_change(GPT2_FRAMES).findings()
+    (f,) = [f for f in fs if f.rule in ("shape-recompiles", "scalar-recompiles", "guard-recompiles")]
+    assert f.id == "shape-recompiles:0+1+2+3:input_ids:1"
+    assert f.severity == "info"  # one change: Dynamo generalises after it
+    assert f.title == "One change recompiled 4 frames: dim 1 of tensor 'input_ids' changed (16 → 24)"
+    assert "wrapper, forward, ForCausalLMLoss, __init__" in f.detail and "4 recompiles, 2.00 s" in f.detail
+    assert [e.split(":")[0] for e in f.evidence[:4]] == ["wrapper", "forward", "ForCausalLMLoss", "__init__"]
+    assert "tensor 'labels' size mismatch at index 1" in f.evidence[2]
+    assert f.evidence[-1] == "in all: 4 recompiles of 4 frames, 2.00 s"
+    assert "torch._dynamo.mark_dynamic(input_ids, 1)" in f.fix
+    assert (f.file, f.line) == (F, 10)
+
+
+def test_a_recurring_cause_across_frames_is_one_warning():
+    fs = seq_change(GPT2_FRAMES[:2], changes=3).findings()
+    (f,) = [f for f in fs if f.rule == "shape-recompiles"]
+    assert f.severity == "warning"
+    assert f.title == "2 frames recompile together on every change: dim 1 of tensor 'input_ids' changed (16 → 24 → 32 → 40)"
+    assert "6 recompiles" in f.detail
+
+
+def test_the_same_kind_at_other_moments_stays_apart():
+    # frame 0 recompiles on a size at one step, frame 1 on another size many steps later: two causes
+    r = Run().steps(1).compile(0, "encode").compile(1, "decode", line=20).steps(3)
+    r.compile(0, "encode", reason=size_reason(0, "src")).steps(5)
+    r.compile(1, "decode", line=20, reason=size_reason(0, "tgt")).steps(3)
+    ids = sorted(f.id for f in r.findings() if f.rule == "shape-recompiles")
+    assert ids == ["shape-recompiles:0:src:0", "shape-recompiles:1:tgt:0"]
+    # other guard kinds at the same moment stay separate causes too
+    r = Run().steps(1).compile(0, "encode").compile(1, "decode", line=20).steps(3)
+    r.compile(0, "encode", reason=size_reason(0, "src"))
+    r.compile(1, "decode", line=20, reason="1/0: self._modules['drop'].training == True  # x  # t.py:9 in forward")
+    ids = sorted(f.id for f in r.steps(3).findings() if f.rule.endswith("recompiles"))
+    assert ids == ["guard-recompiles:1:training:self.drop.training", "shape-recompiles:0:src:0"]
