@@ -159,6 +159,15 @@ class Run:
         self.events: list[dict] = [{"kind": "session", "t": t0, "v": 1, "id": "x", "command": ["python", F]}]
         self._next_frame = 0
         self._n: dict[int, int] = {}
+        self._exit: dict = {"code": 0}
+
+    def exits(self, code: int | None = 1, signal: str | None = None) -> Run:
+        self._exit = {"code": code, "signal": signal}
+        return self
+
+    def stderr(self, text: str) -> Run:
+        self.events.append({"kind": "output", "t": self.t, "stream": "stderr", "data": text})
+        return self
 
     def at(self, t: float) -> Run:
         self.t = t
@@ -233,7 +242,7 @@ class Run:
         s = Session()
         for ev in self.events:
             s.apply(ev)
-        s.apply({"kind": "exit", "t": self.t + 0.5, "code": 0})
+        s.apply({"kind": "exit", "t": self.t + 0.5, **self._exit})
         assert s.bad_events == 0
         return s
 
@@ -1056,3 +1065,106 @@ def test_the_same_kind_at_other_moments_stays_apart():
     r.compile(1, "decode", line=20, reason="1/0: self._modules['drop'].training == True  # x  # t.py:9 in forward")
     ids = sorted(f.id for f in r.steps(3).findings() if f.rule.endswith("recompiles"))
     assert ids == ["guard-recompiles:1:training:self.drop.training", "shape-recompiles:0:src:0"]
+
+
+# ----------------------------------------- silent cases: failures, empty graphs
+
+
+SITE = "/usr/lib/python3.11/site-packages"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    f'  File "{F}", line 40, in <module>\n'
+    "    out = model(input_ids=ids, labels=ids)\n"
+    "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    f'  File "{SITE}/torch/nn/modules/module.py", line 1779, in _call_impl\n'
+    "    return forward_call(*args, **kwargs)\n"
+    f'  File "{SITE}/transformers/models/gpt2/modeling_gpt2.py", line 700, in forward\n'
+    "    raise ValueError(msg)\n"
+    "ValueError: Cannot handle batch sizes > 1 if no padding token is defined.\n"
+)
+
+
+def test_a_failed_job_names_the_exception_and_the_users_line():
+    r = Run().steps(1).compile(0, "forward", graph_op_count=12).graph_break(0, 44, *PRINT[:1])
+    r.stderr("warming up\n").stderr(TRACEBACK[:90]).stderr(TRACEBACK[90:]).exits(1)
+    fs = r.findings()
+    f = only(fs, "job-failed")
+    assert fs[0] is f and f.severity == "critical" and f.id == "job-failed:exception"
+    assert f.title == "The job failed: ValueError: Cannot handle batch sizes > 1 if no padding token is defined."
+    assert (f.file, f.line) == (F, 40)  # the user's line, not transformers'
+    assert f"raised at {SITE}/transformers/models/gpt2/modeling_gpt2.py:700 in forward, called from {F}:40" in f.detail
+    assert "before any step completed" in f.detail
+    assert f.evidence[0] == f"{F}:40 in <module>: `out = model(input_ids=ids, labels=ids)`"
+    assert f.evidence[-1].startswith("ValueError: Cannot handle")
+    # its breaks are not "outside the step loop": no step completed because of the failure
+    b = only(fs, "graph-breaks")
+    assert b.id == "graph-breaks:logging:before-failure" and b.severity == "warning"
+    assert "before the job failed" in b.title
+
+
+def test_the_last_of_chained_tracebacks_is_the_one_that_stopped_the_job():
+    chained = ("Traceback (most recent call last):\n"
+               f'  File "{F}", line 5, in load\n    open(p)\nFileNotFoundError: [Errno 2] x\n\n'
+               "During handling of the above exception, another exception occurred:\n\n" + TRACEBACK)
+    r = Run().steps(1).steps(5).stderr(chained).exits(1)
+    f = only(r.findings(), "job-failed")
+    assert f.title.startswith("The job failed: ValueError") and "after 5 steps" in f.detail
+
+
+def test_compiler_errors_point_at_suppress_errors():
+    tb = (f'Traceback (most recent call last):\n  File "{F}", line 9, in <module>\n    f(x)\n'
+          "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n")
+    f = only(Run().stderr(tb).exits(1).findings(), "job-failed")
+    assert f.title == "The job failed: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"
+    assert "suppress_errors" in f.fix
+
+
+@pytest.mark.parametrize("code,signal,tail,fid,severity,words", [
+    (None, "SIGKILL", "", "job-failed:SIGKILL", "critical", "out-of-memory"),
+    (None, "SIGSEGV", "", "job-failed:SIGSEGV", "critical", "native code"),
+    (2, None, "usage: train.py [-h]\n", "job-failed:exit-code", "warning", "exited with code 2"),
+    (None, "SIGINT", "", "job-failed:interrupted", "info", "interrupted"),
+    (1, None, "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyboardInterrupt\n",
+     "job-failed:interrupted", "info", "interrupted"),
+])
+def test_other_ways_a_job_ends_badly(code, signal, tail, fid, severity, words):
+    r = Run().steps(1).steps(3)
+    if tail:
+        r.stderr(tail)
+    f = only(r.exits(code, signal).findings(), "job-failed")
+    assert (f.id, f.severity) == (fid, severity)
+    assert words in f.title + f.detail
+    if tail.startswith("usage"):
+        assert f.evidence == ["last line on stderr: usage: train.py [-h]"]
+
+
+def test_a_clean_exit_has_no_failure_finding_and_breaks_stay_one_offs():
+    r = Run().steps(1).compile(0, "forward", graph_op_count=3).graph_break(0, 44, *PRINT[:1]).stderr(TRACEBACK)
+    fs = r.findings()  # exit code 0: a traceback the job caught and printed is not a failure
+    assert not [f for f in fs if f.rule == "job-failed"]
+    assert only(fs, "graph-breaks").id == "graph-breaks:logging:outside-loop"
+
+
+def test_graphs_that_captured_nothing_say_the_code_runs_eager():
+    r = Run().steps(1).graph_break(0, 28, "Skip calling `torch.compiler.disable()`d function")  # before its compile
+    r.compile(0, "step", line=27, graph_op_count=0,
+              restart_reasons=["Skip calling `torch.compiler.disable()`d function\n  more"])
+    fs = r.steps(5).findings()
+    f = only(fs, "empty-graphs")
+    assert f.severity == "warning" and f.title == "step compiled to an empty graph: it runs eager"
+    assert (f.file, f.line) == (F, 27)
+    assert "1 graph break(s)" in f.detail and "torch.compiler.disable" in f.fix
+    assert f.evidence == [f"step at {F}:27: 1 compile(s), 0 ops (restarted after: Skip calling "
+                          "`torch.compiler.disable()`d function)"]
+    assert "compile-cost" not in by_id(fs)  # not "[info] Compilation took 0.1 s"
+    r = Run().steps(1).compile(0, "wrapper", graph_op_count=0).compile(1, "__init__", graph_op_count=0)
+    assert only(r.steps(3).findings(), "empty-graphs").title == (
+        "torch.compile captured no operation in 2 frames: the code runs eager")
+
+
+def test_empty_wrapper_frames_beside_real_graphs_are_normal():
+    r = Run().steps(1).compile(0, "wrapper", graph_op_count=0).compile(1, "forward", graph_op_count=105)
+    fs = r.compile(2, "__init__", graph_op_count=0).steps(3).findings()
+    assert "empty-graphs" not in by_id(fs) and "compile-cost" in by_id(fs)
+    # older recordings without op counts say nothing either
+    assert "empty-graphs" not in by_id(Run().steps(1).compile(0, "f").steps(3).findings())

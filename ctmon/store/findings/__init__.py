@@ -13,7 +13,9 @@ can drive it with events alone. Rules live by topic:
   the step loop (warnings) apart from one-offs (info);
 * caches.py     -- misses where hits were expected, bypasses, disabled caches;
 * perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
-  skips, an idle GPU.
+  skips, an idle GPU;
+* silent.py     -- what a run does not say by itself: a job that failed (the
+  exception and where), compiles that captured no operation.
 
 A clean run has no ``warning`` or ``critical`` finding.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks, caches, cascades, perf, recompiles
+from ctmon.store.findings import breaks, caches, cascades, perf, recompiles, silent
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SEVERITIES", "Finding", "analyze"]
 
-_RULES = recompiles.RULES + cascades.RULES + breaks.RULES + caches.RULES + perf.RULES
+_RULES = recompiles.RULES + cascades.RULES + breaks.RULES + caches.RULES + perf.RULES + silent.RULES
 
 
 def analyze(session: Session, *, strict: bool = False) -> list[Finding]:
