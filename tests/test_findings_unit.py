@@ -1170,3 +1170,14 @@ def test_empty_wrapper_frames_beside_real_graphs_are_normal():
     assert "empty-graphs" not in by_id(fs) and "compile-cost" in by_id(fs)
     # older recordings without op counts say nothing either
     assert "empty-graphs" not in by_id(Run().steps(1).compile(0, "f").steps(3).findings())
+
+
+def test_sizes_of_one_are_explained_without_blaming_dynamic_false():
+    # generate(): prefill of 5 tokens, decode steps of 1, a new prompt of 9
+    r = Run().steps(1).compile(0, "wrapper").steps(2)
+    r.compile(0, "wrapper", reason=size_reason(0, "input_ids", 1, 5, 1)).steps(2)
+    r.compile(0, "wrapper", reason=size_reason(1, "input_ids", 1, 1, 9)).steps(2)
+    f = only(r.findings(), "shape-recompiles")
+    assert "Sizes 0 and 1 are always specialised" in f.detail and "dynamic=False" not in f.detail
+    f = only(storm(2, refused=False).findings(), "shape-recompiles")
+    assert "either torch.compile(..., dynamic=False) was passed, the dim was marked static" in f.detail

@@ -313,10 +313,19 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
             if any(g.expected and "<=" in g.expected for _, g in pairs):
                 detail = (f"Dim {dim} of '{name}' is dynamic, but a new size fell outside what the cached graph "
                           f"accepts ({g0.expected}); Dynamo compiled again.")
-            elif n >= 2:
+            elif n >= 2 and {"0", "1"} & set(sizes):
+                # Dynamo always specialises sizes 0 and 1: a dim that takes
+                # them (decode steps of generate(), a batch of one) gets a
+                # graph of its own whatever the dynamic setting.
                 detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size "
-                          "compiles a new version (automatic dynamic shapes did not absorb it: the frame is compiled "
-                          "with dynamic=False, or the dim was marked static).")
+                          "compiles a new version. Sizes 0 and 1 are always specialised (a batch of one, a decode "
+                          "step of one token), so they keep graphs of their own even when the dim is dynamic.")
+            elif n >= 2:
+                # Which of these applies is not in the recording: say all three.
+                detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size "
+                          "compiles a new version. Automatic dynamic shapes did not absorb it: either "
+                          "torch.compile(..., dynamic=False) was passed, the dim was marked static "
+                          "(torch._dynamo.mark_static), or the size is used in a way that forces a specialisation.")
             else:
                 detail = (f"One recompile for a new size of '{name}' along dim {dim}; Dynamo usually makes the dim "
                           "dynamic after it.")
