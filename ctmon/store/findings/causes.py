@@ -117,9 +117,9 @@ def cascades(s: Session) -> list[Cascade]:
         for c, g in pairs:
             if c.compile_id in mom:
                 buckets[(g.kind, mom[c.compile_id])].append(i)
-    for members in buckets.values():
-        for i in members[1:]:
-            parent[root(i)] = root(members[0])
+    for same in buckets.values():
+        for i in same[1:]:
+            parent[root(i)] = root(same[0])
     comps: dict[int, list[int]] = defaultdict(list)
     for i in range(len(groups)):
         comps[root(i)].append(i)
