@@ -159,6 +159,15 @@ class Run:
         self.events: list[dict] = [{"kind": "session", "t": t0, "v": 1, "id": "x", "command": ["python", F]}]
         self._next_frame = 0
         self._n: dict[int, int] = {}
+        self._exit: dict = {"code": 0}
+
+    def exits(self, code: int | None = 1, signal: str | None = None) -> Run:
+        self._exit = {"code": code, "signal": signal}
+        return self
+
+    def stderr(self, text: str) -> Run:
+        self.events.append({"kind": "output", "t": self.t, "stream": "stderr", "data": text})
+        return self
 
     def at(self, t: float) -> Run:
         self.t = t
@@ -233,12 +242,12 @@ class Run:
         s = Session()
         for ev in self.events:
             s.apply(ev)
-        s.apply({"kind": "exit", "t": self.t + 0.5, "code": 0})
+        s.apply({"kind": "exit", "t": self.t + 0.5, **self._exit})
         assert s.bad_events == 0
         return s
 
     def findings(self) -> list[Finding]:
-        return analyze(self.session())
+        return analyze(self.session(), strict=True)  # a rule that raises fails the test
 
 
 def by_id(findings: list[Finding]) -> dict[str, Finding]:
@@ -562,7 +571,7 @@ def test_graph_break_categories(summary, explanation, hints, cat):
     s = r.steps(3).session()
     (site,) = s.compile.breaks.values()
     assert category(site) == cat
-    (f,) = [f for f in analyze(s) if f.rule == "graph-breaks"]
+    (f,) = [f for f in analyze(s, strict=True) if f.rule == "graph-breaks"]
     assert f.id == f"graph-breaks:{cat}" and f.severity == "warning" and (f.file, f.line) == (F, 38)
 
 
@@ -639,7 +648,9 @@ def test_expected_hits_in_a_chosen_cache_dir():
     r.cache("aot_autograd", "miss").cache("fx_graph", "miss").cache("fx_graph", "miss")
     f = by_id(r.steps(3).findings())["cache:expected-hits"]
     assert f.severity == "warning" and (f.file, f.line) == (F, 3)
-    assert f.title == "FX graph cache missed 2× although /work/cache held 2 entries at start"
+    # the entries are the directory's: the finding does not claim they were this job's
+    assert f.title == "FX graph cache missed 2×: none of the 2 entries already in /work/cache matched this run's graphs"
+    assert "other models'" in f.detail and "a TORCHINDUCTOR_CACHE_DIR of its own" in f.fix
     assert "TORCHINDUCTOR_CACHE_DIR" in f.fix and "save_cache_artifacts" in f.fix
 
 
@@ -953,3 +964,220 @@ def test_fake_nvml_without_a_driver_or_gpus(fake_nvml):
     fake_nvml.setenv("CTMON_FAKE_NVML_COUNT", "0")
     g = GpuSampler()
     assert not g.available and g.error == "no NVIDIA GPU"
+
+
+# ------------------------------------------- one finding per cause (issue 12)
+
+
+def test_a_rule_that_raises_is_seen_in_strict_mode(monkeypatch):
+    from ctmon.store import findings as engine
+
+    def broken(s):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(engine, "_RULES", (broken, *engine._RULES))
+    s = storm(2).session()
+    assert any(f.rule == "shape-recompiles" for f in analyze(s))  # a live view keeps the other findings
+    with pytest.raises(KeyError):
+        analyze(s, strict=True)
+
+
+def _reasons(fid: int, k: int, reasons: list[str]) -> dict:
+    return {"kind": "recompile_reasons", "compile_id": f"{fid}/{k}", "frame_id": fid, "reasons": reasons}
+
+
+# generate() with a static cache (torch 2.13 texts): the newest version fails on
+# the number of keyword arguments, the others name the prompt length
+STATIC_CACHE_REASONS = [
+    "0/1: len(kwargs) == 9  # return func(*args, **kwargs)  # transformers/utils/generic.py:940 in wrapper",
+    "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 7, actual 11",
+]
+
+
+def test_the_cause_is_read_from_every_failed_guard():
+    assert G.cause(STATIC_CACHE_REASONS).kind == G.SHAPE
+    assert G.cause(STATIC_CACHE_REASONS).name == "kwargs['input_ids']"
+    # the first failure wins when it already names a concrete change
+    assert G.cause([size_reason(1, "x"), "0/0: len(xs) == 2  # f(xs)  # t.py:3 in f"]).kind == G.SHAPE
+    assert G.cause(["0/0: len(xs) == 2  # f(xs)  # t.py:3 in f"]).kind == G.LENGTH
+    assert [g.kind for g in G.failed(STATIC_CACHE_REASONS + STATIC_CACHE_REASONS[:1])] == [G.LENGTH, G.SHAPE]
+    r = Run().steps(1).compile(0, "wrapper").compile(0, "wrapper", line=3)
+    r.add(_reasons(0, 2, STATIC_CACHE_REASONS))
+    r.compile(0, "wrapper", reason=STATIC_CACHE_REASONS[0])
+    f = only(r.steps(3).findings(), "shape-recompiles")
+    assert "dim 1 of tensor 'kwargs['input_ids']' changed" in f.title and "sizes 7, 11" in f.title
+    assert "also failed: len(kwargs) == 9" in f.evidence[0]
+    assert not [x for x in r.findings() if x.rule == "guard-recompiles"]  # no "length of kwargs" finding
+
+
+def seq_change(frames: list[tuple[str, str]], changes: int = 1, gap: float = 0.01) -> Run:
+    """A step loop where each new sequence length recompiles ``frames`` (name, guarded tensor) one after another,
+    as a Hugging Face model's wrapper, forward, loss and output do."""
+    r = Run().steps(1)
+    for fid, (name, _) in enumerate(frames):
+        r.compile(fid, name, line=10 * (fid + 1))
+    r.steps(3)
+    sizes = [16 + 8 * i for i in range(changes + 1)]
+    for k in range(changes):
+        r.steps(1)
+        for fid, (name, tensor) in enumerate(frames):
+            r.at(r.t + gap).compile(fid, name, line=10 * (fid + 1), dur=0.5,
+                                    reason=f"{fid}/{k}: tensor '{tensor}' size mismatch at index 1. "
+                                           f"expected {sizes[k]}, actual {sizes[k + 1]}")
+        r.steps(3)
+    return r
+
+
+GPT2_FRAMES = [("wrapper", "kwargs['input_ids']"), ("forward", "input_ids"), ("ForCausalLMLoss", "labels"),
+               ("__init__", "logits")]
+
+
+def test_one_input_change_recompiling_several_frames_is_one_finding():
+    fs = seq_change(GPT2_FRAMES).findings()
+    (f,) = [f for f in fs if f.rule in ("shape-recompiles", "scalar-recompiles", "guard-recompiles")]
+    assert f.id == "shape-recompiles:0+1+2+3:input_ids:1"
+    assert f.severity == "info"  # one change: Dynamo generalises after it
+    assert f.title == "One change recompiled 4 frames: dim 1 of tensor 'input_ids' changed (16 → 24)"
+    assert "wrapper, forward, ForCausalLMLoss, __init__" in f.detail and "4 recompiles, 2.00 s" in f.detail
+    assert [e.split(":")[0] for e in f.evidence[:4]] == ["wrapper", "forward", "ForCausalLMLoss", "__init__"]
+    assert "tensor 'labels' size mismatch at index 1" in f.evidence[2]
+    assert f.evidence[-1] == "in all: 4 recompiles of 4 frames, 2.00 s"
+    assert "torch._dynamo.mark_dynamic(input_ids, 1)" in f.fix
+    assert (f.file, f.line) == (F, 10)
+
+
+def test_a_recurring_cause_across_frames_is_one_warning():
+    fs = seq_change(GPT2_FRAMES[:2], changes=3).findings()
+    (f,) = [f for f in fs if f.rule == "shape-recompiles"]
+    assert f.severity == "warning"
+    assert f.title == "2 frames recompile together on every change: dim 1 of tensor 'input_ids' changed (16 → 24 → 32 → 40)"
+    assert "6 recompiles" in f.detail
+
+
+def test_the_same_kind_at_other_moments_stays_apart():
+    # frame 0 recompiles on a size at one step, frame 1 on another size many steps later: two causes
+    r = Run().steps(1).compile(0, "encode").compile(1, "decode", line=20).steps(3)
+    r.compile(0, "encode", reason=size_reason(0, "src")).steps(5)
+    r.compile(1, "decode", line=20, reason=size_reason(0, "tgt")).steps(3)
+    ids = sorted(f.id for f in r.findings() if f.rule == "shape-recompiles")
+    assert ids == ["shape-recompiles:0:src:0", "shape-recompiles:1:tgt:0"]
+    # other guard kinds at the same moment stay separate causes too
+    r = Run().steps(1).compile(0, "encode").compile(1, "decode", line=20).steps(3)
+    r.compile(0, "encode", reason=size_reason(0, "src"))
+    r.compile(1, "decode", line=20, reason="1/0: self._modules['drop'].training == True  # x  # t.py:9 in forward")
+    ids = sorted(f.id for f in r.steps(3).findings() if f.rule.endswith("recompiles"))
+    assert ids == ["guard-recompiles:1:training:self.drop.training", "shape-recompiles:0:src:0"]
+
+
+# ----------------------------------------- silent cases: failures, empty graphs
+
+
+SITE = "/usr/lib/python3.11/site-packages"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    f'  File "{F}", line 40, in <module>\n'
+    "    out = model(input_ids=ids, labels=ids)\n"
+    "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    f'  File "{SITE}/torch/nn/modules/module.py", line 1779, in _call_impl\n'
+    "    return forward_call(*args, **kwargs)\n"
+    f'  File "{SITE}/transformers/models/gpt2/modeling_gpt2.py", line 700, in forward\n'
+    "    raise ValueError(msg)\n"
+    "ValueError: Cannot handle batch sizes > 1 if no padding token is defined.\n"
+)
+
+
+def test_a_failed_job_names_the_exception_and_the_users_line():
+    r = Run().steps(1).compile(0, "forward", graph_op_count=12).graph_break(0, 44, *PRINT[:1])
+    r.stderr("warming up\n").stderr(TRACEBACK[:90]).stderr(TRACEBACK[90:]).exits(1)
+    fs = r.findings()
+    f = only(fs, "job-failed")
+    assert fs[0] is f and f.severity == "critical" and f.id == "job-failed:exception"
+    assert f.title == "The job failed: ValueError: Cannot handle batch sizes > 1 if no padding token is defined."
+    assert (f.file, f.line) == (F, 40)  # the user's line, not transformers'
+    assert f"raised at {SITE}/transformers/models/gpt2/modeling_gpt2.py:700 in forward, called from {F}:40" in f.detail
+    assert "before any step completed" in f.detail
+    assert f.evidence[0] == f"{F}:40 in <module>: `out = model(input_ids=ids, labels=ids)`"
+    assert f.evidence[-1].startswith("ValueError: Cannot handle")
+    # its breaks are not "outside the step loop": no step completed because of the failure
+    b = only(fs, "graph-breaks")
+    assert b.id == "graph-breaks:logging:before-failure" and b.severity == "warning"
+    assert "before the job failed" in b.title
+
+
+def test_the_last_of_chained_tracebacks_is_the_one_that_stopped_the_job():
+    chained = ("Traceback (most recent call last):\n"
+               f'  File "{F}", line 5, in load\n    open(p)\nFileNotFoundError: [Errno 2] x\n\n'
+               "During handling of the above exception, another exception occurred:\n\n" + TRACEBACK)
+    r = Run().steps(1).steps(5).stderr(chained).exits(1)
+    f = only(r.findings(), "job-failed")
+    assert f.title.startswith("The job failed: ValueError") and "after 5 steps" in f.detail
+
+
+def test_compiler_errors_point_at_suppress_errors():
+    tb = (f'Traceback (most recent call last):\n  File "{F}", line 9, in <module>\n    f(x)\n'
+          "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n")
+    f = only(Run().stderr(tb).exits(1).findings(), "job-failed")
+    assert f.title == "The job failed: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"
+    assert "suppress_errors" in f.fix
+
+
+@pytest.mark.parametrize("code,signal,tail,fid,severity,words", [
+    (None, "SIGKILL", "", "job-failed:SIGKILL", "critical", "out-of-memory"),
+    (None, "SIGSEGV", "", "job-failed:SIGSEGV", "critical", "native code"),
+    (2, None, "usage: train.py [-h]\n", "job-failed:exit-code", "warning", "exited with code 2"),
+    (None, "SIGINT", "", "job-failed:interrupted", "info", "interrupted"),
+    (1, None, "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyboardInterrupt\n",
+     "job-failed:interrupted", "info", "interrupted"),
+])
+def test_other_ways_a_job_ends_badly(code, signal, tail, fid, severity, words):
+    r = Run().steps(1).steps(3)
+    if tail:
+        r.stderr(tail)
+    f = only(r.exits(code, signal).findings(), "job-failed")
+    assert (f.id, f.severity) == (fid, severity)
+    assert words in f.title + f.detail
+    if tail.startswith("usage"):
+        assert f.evidence == ["last line on stderr: usage: train.py [-h]"]
+
+
+def test_a_clean_exit_has_no_failure_finding_and_breaks_stay_one_offs():
+    r = Run().steps(1).compile(0, "forward", graph_op_count=3).graph_break(0, 44, *PRINT[:1]).stderr(TRACEBACK)
+    fs = r.findings()  # exit code 0: a traceback the job caught and printed is not a failure
+    assert not [f for f in fs if f.rule == "job-failed"]
+    assert only(fs, "graph-breaks").id == "graph-breaks:logging:outside-loop"
+
+
+def test_graphs_that_captured_nothing_say_the_code_runs_eager():
+    r = Run().steps(1).graph_break(0, 28, "Skip calling `torch.compiler.disable()`d function")  # before its compile
+    r.compile(0, "step", line=27, graph_op_count=0,
+              restart_reasons=["Skip calling `torch.compiler.disable()`d function\n  more"])
+    fs = r.steps(5).findings()
+    f = only(fs, "empty-graphs")
+    assert f.severity == "warning" and f.title == "step compiled to an empty graph: it runs eager"
+    assert (f.file, f.line) == (F, 27)
+    assert "1 graph break(s)" in f.detail and "torch.compiler.disable" in f.fix
+    assert f.evidence == [f"step at {F}:27: 1 compile(s), 0 ops (restarted after: Skip calling "
+                          "`torch.compiler.disable()`d function)"]
+    assert "compile-cost" not in by_id(fs)  # not "[info] Compilation took 0.1 s"
+    r = Run().steps(1).compile(0, "wrapper", graph_op_count=0).compile(1, "__init__", graph_op_count=0)
+    assert only(r.steps(3).findings(), "empty-graphs").title == (
+        "torch.compile captured no operation in 2 frames: the code runs eager")
+
+
+def test_empty_wrapper_frames_beside_real_graphs_are_normal():
+    r = Run().steps(1).compile(0, "wrapper", graph_op_count=0).compile(1, "forward", graph_op_count=105)
+    fs = r.compile(2, "__init__", graph_op_count=0).steps(3).findings()
+    assert "empty-graphs" not in by_id(fs) and "compile-cost" in by_id(fs)
+    # older recordings without op counts say nothing either
+    assert "empty-graphs" not in by_id(Run().steps(1).compile(0, "f").steps(3).findings())
+
+
+def test_sizes_of_one_are_explained_without_blaming_dynamic_false():
+    # generate(): prefill of 5 tokens, decode steps of 1, a new prompt of 9
+    r = Run().steps(1).compile(0, "wrapper").steps(2)
+    r.compile(0, "wrapper", reason=size_reason(0, "input_ids", 1, 5, 1)).steps(2)
+    r.compile(0, "wrapper", reason=size_reason(1, "input_ids", 1, 1, 9)).steps(2)
+    f = only(r.findings(), "shape-recompiles")
+    assert "Sizes 0 and 1 are always specialised" in f.detail and "dynamic=False" not in f.detail
+    f = only(storm(2, refused=False).findings(), "shape-recompiles")
+    assert "either torch.compile(..., dynamic=False) was passed, the dim was marked static" in f.detail

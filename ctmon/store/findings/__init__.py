@@ -7,11 +7,15 @@ can drive it with events alone. Rules live by topic:
 * recompiles.py -- recompile limit (hit and approaching), shape recompiles,
   Python-scalar recompiles (including .item() values after a graph break),
   other guard kinds, compile failures;
+* cascades.py   -- one cause that recompiled several frames at once (causes.py
+  decides which recompiles share a cause);
 * breaks.py     -- graph breaks by cause, each site at file:line; breaks in
   the step loop (warnings) apart from one-offs (info);
 * caches.py     -- misses where hits were expected, bypasses, disabled caches;
 * perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
-  skips, an idle GPU.
+  skips, an idle GPU;
+* silent.py     -- what a run does not say by itself: a job that failed (the
+  exception and where), compiles that captured no operation.
 
 A clean run has no ``warning`` or ``critical`` finding.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks, caches, perf, recompiles
+from ctmon.store.findings import breaks, caches, cascades, perf, recompiles, silent
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 
 if TYPE_CHECKING:
@@ -28,15 +32,22 @@ if TYPE_CHECKING:
 
 __all__ = ["SEVERITIES", "Finding", "analyze"]
 
-_RULES = recompiles.RULES + breaks.RULES + caches.RULES + perf.RULES
+_RULES = recompiles.RULES + cascades.RULES + breaks.RULES + caches.RULES + perf.RULES + silent.RULES
 
 
-def analyze(session: Session) -> list[Finding]:
+def analyze(session: Session, *, strict: bool = False) -> list[Finding]:
+    """Every rule's findings, most severe first.
+
+    ``strict`` lets a rule's exception through: tests set it, so a rule that
+    breaks on a real recording fails the test instead of vanishing.
+    """
     out: list[Finding] = []
     for rule in _RULES:
         try:
             out.extend(rule(session))
         except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError):
+            if strict:
+                raise
             # A malformed recording must not hide the other findings.
             continue
     return order(out)

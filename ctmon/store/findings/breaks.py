@@ -5,6 +5,9 @@ the Python in between runs eagerly); a break met once (set-up, a final
 evaluation) costs once. The two are separate findings: breaks in the step
 loop are warnings and rank above one-offs, which are info. A break counts as
 "in the loop" when Dynamo met it before the last step boundary of the run.
+A job that failed before its first step completed has no loop to place its
+breaks in: they are "before the job failed", warnings (the loop would have
+met them on every step).
 
 The cause comes from PyTorch's own graph-break type (the summary line), then
 its explanation; hints are only used to spot logging functions.
@@ -150,6 +153,10 @@ def _specific_fix(cat: str, sites: list[BreakSite]) -> str:
     return " ".join(seen)
 
 
+LOOP, ONCE, FAILED = "loop", "once", "failed"
+_WHEN = {LOOP: "in the step loop", ONCE: "outside the step loop", FAILED: "before the job failed"}
+
+
 def in_loop(s: Session, site: BreakSite) -> bool:
     series = s.steps.current
     if series is None or len(series) < 2:
@@ -158,11 +165,23 @@ def in_loop(s: Session, site: BreakSite) -> bool:
     return site.first_t <= last
 
 
-def _finding(cat: str, sites: list[BreakSite], looped: bool) -> Finding:
+def _failed_early(s: Session) -> bool:
+    series = s.steps.current
+    return s.exit is not None and s.exit.status != 0 and (series is None or len(series) < 2)
+
+
+def _when(s: Session, site: BreakSite) -> str:
+    if in_loop(s, site):
+        return LOOP
+    return FAILED if _failed_early(s) else ONCE
+
+
+def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
     sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
     top = sites[0]
     total = sum(b.count for b in sites)
-    when = "in the step loop" if looped else "outside the step loop"
+    looped = state != ONCE
+    when = _WHEN[state]
     evidence = []
     for b in sites[:10]:
         where = f"{b.file}:{b.line}" if b.file else "?"
@@ -177,25 +196,27 @@ def _finding(cat: str, sites: list[BreakSite], looped: bool) -> Finding:
     n_sites = len(sites)
     specific = _specific_fix(cat, sites)
     return Finding(
-        id=f"graph-breaks:{cat}" + ("" if looped else ":outside-loop"),
+        id=f"graph-breaks:{cat}" + {LOOP: "", ONCE: ":outside-loop", FAILED: ":before-failure"}[state],
         rule="graph-breaks",
         severity="warning" if looped else "info",
         title=(f"{TITLES[cat]} {when}: {n_sites} site{'s' if n_sites != 1 else ''}, "
                f"{total} break{'s' if total != 1 else ''}"),
         file=top.file, line=top.line,
-        detail=("Each break splits the graph: the code around it runs eagerly between two compiled graphs on every "
-                "step, and fusion across it is lost." if looped else
-                "Met outside the step loop (set-up or after the last step): it costs once, not every step."),
+        detail={LOOP: "Each break splits the graph: the code around it runs eagerly between two compiled graphs on "
+                      "every step, and fusion across it is lost.",
+                ONCE: "Met outside the step loop (set-up or after the last step): it costs once, not every step.",
+                FAILED: "The job failed before its first step completed, so these breaks were met in what would "
+                        "have been the first step: each splits the graph on every step once the job runs."}[state],
         evidence=evidence, fix=(specific + " " + FIXES[cat]).strip() if specific else FIXES[cat],
         rank=(RANK_BREAKS if looped else 0) + min(total, 99),
     )
 
 
 def rule_graph_breaks(s: Session) -> list[Finding]:
-    groups: dict[tuple[str, bool], list[BreakSite]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[BreakSite]] = defaultdict(list)
     for site in s.compile.breaks.values():
-        groups[(category(site), in_loop(s, site))].append(site)
-    return [_finding(cat, sites, looped) for (cat, looped), sites in groups.items()]
+        groups[(category(site), _when(s, site))].append(site)
+    return [_finding(cat, sites, state) for (cat, state), sites in groups.items()]
 
 
 RULES = (rule_graph_breaks,)

@@ -115,18 +115,24 @@ def rule_caches(s: Session) -> list[Finding]:
         # else's graphs, so there a full miss is only worth a note.
         chosen = bool(env.get("TORCHINDUCTOR_CACHE_DIR")) or not tmp_default(meta.cache_dir)
         file, line = _location(s, misses_only=True)
+        # The entries counted at start are the directory's, not this job's:
+        # the finding says what is known (none of them matched) and leaves
+        # open whose they were.
         out.append(Finding(
             id="cache:expected-hits", rule="caches", severity="warning" if chosen else "info", file=file, line=line,
-            title=f"FX graph cache missed {fx.miss}× although {meta.cache_dir} held {entries['fx_graph']} entries at start",
-            detail=("The cache was warm but none of this run's graphs matched: if this job ran before with this cache "
-                    "directory, something in the cache key changed — code, shapes, dtypes, torch/triton version, "
-                    "Inductor config, or Python values baked into the graph."),
+            title=(f"FX graph cache missed {fx.miss}×: none of the {entries['fx_graph']} entries already in "
+                   f"{meta.cache_dir} matched this run's graphs"),
+            detail=("The directory held compiled graphs at start, but not these: they may be other models' or other "
+                    "code's graphs (a shared directory holds every job's). If they were this job's from an earlier "
+                    "run, something in the cache key changed — code, shapes, dtypes, torch/triton version, Inductor "
+                    "config, or Python values baked into the graph."),
             evidence=[f"cache dir: {meta.cache_dir}", f"entries at start: {entries}",
                       f"FX graph: {fx.hit} hit / {fx.miss} miss / {fx.bypass} bypass"]
             + ([f"AOTAutograd: {aot.hit} hit / {aot.miss} miss / {aot.bypass} bypass"] if aot else []),
-            fix=("Keep what the graph depends on stable between runs (same shapes and dtypes, same config, no "
-                 "Python values that change baked into the graph), and keep TORCHINDUCTOR_CACHE_DIR the same. "
-                 f"To reuse compiles across machines, use {PORTABLE}."),
+            fix=("If other jobs share the directory, these misses are expected: give this job a TORCHINDUCTOR_CACHE_DIR "
+                 "of its own to see whether its graphs come back. Otherwise keep what the graph depends on stable "
+                 "between runs (same shapes and dtypes, same config, no Python values that change baked into the "
+                 f"graph), and keep TORCHINDUCTOR_CACHE_DIR the same. To reuse compiles across machines, use {PORTABLE}."),
             rank=RANK_CACHE + 25,
         ))
     bypasses: dict[tuple[str, str], list[str]] = {}

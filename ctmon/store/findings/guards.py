@@ -26,6 +26,14 @@ followed by a "User stack trace:" naming the user's file and line.
 ``classify`` turns one such reason into a ``Guard`` with a kind, the name of
 the value, the dimension where relevant, the expected/actual values, Dynamo's
 own hint, and the user's file:line.
+
+A recompile fails one guard per cached version (PyTorch's
+``recompile_reasons`` artifact lists them all; the compile record's
+``recompile_reason`` is only the first). ``cause`` picks the one that says
+what changed: the first, unless it is a weak guard (a container's length, an
+object's identity ...) and another version failed on a tensor size, a number
+or a dtype -- with a static cache, ``generate()``'s first failure is
+``len(kwargs)``, while the others name the prompt length.
 """
 
 from __future__ import annotations
@@ -135,6 +143,38 @@ def classify(reason: str) -> Guard:
         code = u.group("code").strip() or code
     g = _classify_body(body.strip())
     return Guard(g.kind, g.name, g.dim, g.expected, g.actual, body.strip(), file, line, code, hint)
+
+
+# Kinds that name a concrete change a user can act on, strongest first; the
+# rest say only that *something* in a container or object differed.
+_STRONG = (SHAPE, SCALAR, ITEM, DTYPE, DEVICE, RANK, STRIDE, REQUIRES_GRAD, DISPATCH, GRAD_MODE, GLOBAL_STATE,
+           TRAINING, MODULE_ATTR, GLOBAL, FLAG)
+_WEAK = (LENGTH, CONTAINER, IDENTITY, TYPE, INVALIDATED, OTHER)
+
+
+def failed(reasons: list[str]) -> list[Guard]:
+    """Every failed guard of one recompile, without repeats, in PyTorch's order."""
+    out: list[Guard] = []
+    for r in reasons:
+        if not r or not r.strip():
+            continue
+        g = classify(r)
+        if all((g.kind, g.name, g.dim, g.expected, g.actual) != (x.kind, x.name, x.dim, x.expected, x.actual)
+               for x in out):
+            out.append(g)
+    return out
+
+
+def cause(reasons: list[str]) -> Guard:
+    """The failed guard that explains a recompile best (see the module docstring)."""
+    guards = failed(reasons)
+    if not guards:
+        return classify("")
+    first = guards[0]
+    if first.kind not in _WEAK:
+        return first
+    strong = [g for g in guards if g.kind in _STRONG]
+    return min(strong, key=lambda g: _STRONG.index(g.kind)) if strong else first
 
 
 def _split_comment(line: str) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """Rules about recompiles: the recompile limit, shapes, Python scalars, other guards.
 
-Each recompile carries the guard that failed (see guards.py). Recompiles of
-one frame are grouped by the guarded value; a group that recompiled twice or
+Each recompile carries the guard that failed (see guards.py and causes.py).
+Recompiles of one frame are grouped by the guarded value (a cause shared by
+several frames at once is cascades.py's single finding); a group that recompiled twice or
 more keeps recompiling as the value changes (warning), a single recompile is
 usually Dynamo generalising once (info).
 """
@@ -9,10 +10,10 @@ usually Dynamo generalising once (info).
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import breaks as B
+from ctmon.store.findings import causes as C
 from ctmon.store.findings import guards as G
 from ctmon.store.findings.guards import strip_comment
 from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
@@ -25,7 +26,7 @@ LIMIT_WARN_FRACTION = 0.75
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
 
-Group = list[tuple["CompileRecord", G.Guard]]
+Group = C.Group
 
 
 def _first(text: str | None, n: int = 160) -> str:
@@ -36,18 +37,15 @@ def _first(text: str | None, n: int = 160) -> str:
 
 
 def _ev(c: CompileRecord, g: G.Guard) -> str:
-    return f"compile {c.compile_id}: {g.text[:200]}" + (f"  (at {g.file}:{g.line})" if g.file else "")
+    text = f"compile {c.compile_id}: {g.text[:200]}" + (f"  (at {g.file}:{g.line})" if g.file else "")
+    others = [x.text[:120] for x in G.failed(c.guard_failures) if x.text != g.text]
+    if others:
+        # the other cached versions failed on other guards: all of them are the cause
+        text += f"; also failed: {'; '.join(others[:3])}" + (" …" if len(others) > 3 else "")
+    return text
 
 
-def _recompiles(frame: Frame) -> Group:
-    out = []
-    for c in frame.compiles:
-        if c.recompile_reason:
-            g = c.guard  # classified once per compile record, not on every analysis
-            if g is None:
-                g = c.guard = G.classify(c.recompile_reason)
-            out.append((c, g))
-    return out
+_recompiles = C.recompiles
 
 
 def _limit(s: Session, frame: Frame) -> int | None:
@@ -185,15 +183,8 @@ def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
     return "Keep the values the compiled code reads (arguments, globals, module attributes) stable between calls; see the guard text above."
 
 
-def _key(g: G.Guard) -> tuple[str, str, int | None]:
-    return (g.kind, g.name, g.dim)
-
-
-def _by_cause(pairs: Group) -> dict[tuple[str, str, int | None], Group]:
-    out: dict[tuple[str, str, int | None], Group] = defaultdict(list)
-    for c, g in pairs:
-        out[_key(g)].append((c, g))
-    return out
+_key = C.key
+_by_cause = C.by_cause
 
 
 def _dominant(pairs: Group) -> Group:
@@ -261,10 +252,12 @@ def rule_limit_approaching(s: Session) -> list[Finding]:
 
 
 def _groups(s: Session, kinds: set[str]) -> list[tuple[Frame, Group]]:
+    """Per-frame causes; those shared with other frames are cascades.py's."""
     out = []
+    shared = C.merged(s)
     for f in s.compile.frames.values():
         for key, pairs in _by_cause(_recompiles(f)).items():
-            if key[0] in kinds:
+            if key[0] in kinds and (f.frame_id, key) not in shared:
                 out.append((f, pairs))
     return out
 
@@ -320,10 +313,19 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
             if any(g.expected and "<=" in g.expected for _, g in pairs):
                 detail = (f"Dim {dim} of '{name}' is dynamic, but a new size fell outside what the cached graph "
                           f"accepts ({g0.expected}); Dynamo compiled again.")
-            elif n >= 2:
+            elif n >= 2 and {"0", "1"} & set(sizes):
+                # Dynamo always specialises sizes 0 and 1: a dim that takes
+                # them (decode steps of generate(), a batch of one) gets a
+                # graph of its own whatever the dynamic setting.
                 detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size "
-                          "compiles a new version (automatic dynamic shapes did not absorb it: the frame is compiled "
-                          "with dynamic=False, or the dim was marked static).")
+                          "compiles a new version. Sizes 0 and 1 are always specialised (a batch of one, a decode "
+                          "step of one token), so they keep graphs of their own even when the dim is dynamic.")
+            elif n >= 2:
+                # Which of these applies is not in the recording: say all three.
+                detail = (f"Dynamo specialised the graph on the size of '{name}' along dim {dim}; each new size "
+                          "compiles a new version. Automatic dynamic shapes did not absorb it: either "
+                          "torch.compile(..., dynamic=False) was passed, the dim was marked static "
+                          "(torch._dynamo.mark_static), or the size is used in a way that forces a specialisation.")
             else:
                 detail = (f"One recompile for a new size of '{name}' along dim {dim}; Dynamo usually makes the dim "
                           "dynamic after it.")

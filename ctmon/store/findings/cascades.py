@@ -1,0 +1,99 @@
+"""One finding for one cause that recompiled several frames at once.
+
+causes.py decides which recompiles share a cause (the same guard kind, in
+frames that recompiled back to back at the same moments); this rule says it
+once: the frames, every guard that failed, and what the cause cost in all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ctmon.store.findings import causes as C
+from ctmon.store.findings import guards as G
+from ctmon.store.findings import recompiles as R
+from ctmon.store.findings.model import RANK_RECOMPILES, Finding
+
+if TYPE_CHECKING:
+    from ctmon.store.compiles import Frame
+    from ctmon.store.session import Session
+
+_KWARG = re.compile(r"^kwargs\[['\"](?P<name>\w+)['\"]\]$")
+MAX_EVIDENCE = 12
+
+
+def _rule(kind: str) -> str:
+    if kind == G.SHAPE:
+        return "shape-recompiles"
+    if kind in (G.SCALAR, G.ITEM):
+        return "scalar-recompiles"
+    return "guard-recompiles"
+
+
+def _named(g: G.Guard) -> G.Guard:
+    """kwargs['input_ids'] -> input_ids: the keyword the user passed."""
+    m = _KWARG.match(g.name)
+    return replace(g, name=m.group("name")) if m else g
+
+
+def _unique(frames: list[Frame]) -> list[Frame]:
+    out: list[Frame] = []
+    for f in frames:
+        if all(f is not x for x in out):
+            out.append(f)
+    return out
+
+
+def rule_cascades(s: Session) -> list[Finding]:
+    out = []
+    for k in C.cascades(s):
+        pairs = k.pairs
+        frames = _unique(k.frames)
+        g = _named(k.members[0][1][0][1])
+        n = len(k.moments)
+        vals = R._values(pairs) if g.kind not in (G.ITEM, G.SCALAR) else []
+        shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
+        names = ", ".join(f.title for f in frames)
+        cost = sum(c.time_s for c, _ in pairs)
+        what = R.what_changed(g)
+        warm = all(R._warm_up_only(s, f) for f in frames)
+        if n >= 2:
+            title = f"{len(frames)} frames recompile together on every change: {what}{shown}"
+        else:
+            title = f"One change recompiled {len(frames)} frames: {what}{shown}"
+        detail = (f"One call into compiled code reached {names}; each guarded on the changed input (under its own "
+                  f"name there), so {'every' if n >= 2 else 'the'} change compiled all of them again: "
+                  f"{len(pairs)} recompiles, {cost:.2f} s of compiling.")
+        limited = [f for f in frames if f.limit_hit]
+        if limited:
+            detail += f" {', '.join(f.title for f in limited)} hit the recompile limit and now run(s) eager."
+        if warm:
+            detail += " " + R._WARM_UP_DETAIL
+        evidence = [f"{s.compile.frames[c.frame_id].title if c.frame_id in s.compile.frames else '?'}: {R._ev(c, x)}"
+                    for c, x in pairs[:MAX_EVIDENCE]]
+        if len(pairs) > MAX_EVIDENCE:
+            evidence.append(f"… and {len(pairs) - MAX_EVIDENCE} more recompiles")
+        evidence.append(f"in all: {len(pairs)} recompiles of {len(frames)} frames, {cost:.2f} s")
+        if warm:
+            severity = "info"
+        else:
+            severity = "warning" if n >= 2 or limited else "info"
+        top = frames[0]
+        out.append(Finding(
+            id=f"{_rule(g.kind)}:{'+'.join(str(f.frame_id) for f in frames)}:{g.name}"
+            + (f":{g.dim}" if g.dim is not None else ""),
+            rule=_rule(g.kind),
+            severity=severity,
+            title=title,
+            file=top.loc.file, line=top.loc.line,
+            detail=detail,
+            evidence=evidence,
+            fix=R.fix_for(g, vals),
+            rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
+        ))
+    return out
+
+
+RULES = (rule_cascades,)

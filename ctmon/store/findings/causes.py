@@ -1,0 +1,140 @@
+"""What caused each recompile, and which recompiles share one cause.
+
+Per frame, recompiles are grouped by their cause: (guard kind, guarded name,
+dim) of the failed guard that explains them best (guards.cause reads every
+failed guard, not only the first).
+
+Across frames, one change of the user's input recompiles, one after another,
+every compiled frame it reaches -- with a Hugging Face GPT-2 and a new
+sequence length: the hook wrapper, forward(), the loss function and the
+output dataclass. Each frame names the input its own way (kwargs['input_ids'],
+input_ids, labels, logits), so names cannot join them; time and kind can.
+
+The grouping key:
+
+* a *moment* is a run of recompiles back to back: each starts within GAP_S
+  of the end of the one before, and no step boundary lies between them (one
+  call into compiled code, or one step of the loop);
+* per-frame causes of the same guard kind that recompiled in the same moment
+  are one cause; this is transitive, so a cause that recurs (every new
+  sequence length) keeps its frames together across moments.
+
+A cause of a single frame keeps the per-frame findings (recompiles.py); a
+cause across frames is one finding listing the frames (cascades.py).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ctmon.store.findings import guards as G
+
+if TYPE_CHECKING:
+    from ctmon.store.compiles import CompileRecord, Frame
+    from ctmon.store.session import Session
+
+GAP_S = 2.0
+
+Group = list[tuple["CompileRecord", G.Guard]]
+Key = tuple[str, str, "int | None"]
+
+
+def recompiles(frame: Frame) -> Group:
+    out = []
+    for c in frame.compiles:
+        if c.recompile_reason:
+            g = c.guard  # classified once per compile record, not on every analysis
+            if g is None:
+                g = c.guard = G.cause(c.guard_failures or [c.recompile_reason])
+            out.append((c, g))
+    return out
+
+
+def key(g: G.Guard) -> Key:
+    return (g.kind, g.name, g.dim)
+
+
+def by_cause(pairs: Group) -> dict[Key, Group]:
+    out: dict[Key, Group] = defaultdict(list)
+    for c, g in pairs:
+        out[key(g)].append((c, g))
+    return out
+
+
+def moments(s: Session) -> dict[str, int]:
+    """Compile id -> moment number, for every recompile (see the module docstring)."""
+    series = s.steps.current
+    times = series.times if series is not None else []
+    recs = sorted((c for c in s.compile.compiles if c.recompile_reason), key=lambda c: c.span[0])
+    out: dict[str, int] = {}
+    moment, end, step = -1, None, None
+    for c in recs:
+        start, stop = c.span
+        at = bisect_right(times, start)
+        if end is None or start - end > GAP_S or at != step:
+            moment, end = moment + 1, stop
+        end = max(end, stop)
+        step = at
+        out[c.compile_id] = moment
+    return out
+
+
+@dataclass
+class Cascade:
+    """One cause that recompiled several frames at the same moments."""
+
+    kind: str
+    members: list[tuple[Frame, Group]]  # per frame, in the order the frames first recompiled
+    moments: list[int]  # the moments it recompiled at, in order
+
+    @property
+    def pairs(self) -> Group:
+        return sorted((p for _, g in self.members for p in g), key=lambda p: p[0].span[0])
+
+    @property
+    def frames(self) -> list[Frame]:
+        return [f for f, _ in self.members]
+
+
+def cascades(s: Session) -> list[Cascade]:
+    mom = moments(s)
+    groups: list[tuple[Frame, Group]] = []
+    for f in s.compile.frames.values():
+        groups.extend((f, pairs) for pairs in by_cause(recompiles(f)).values())
+    parent = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    buckets: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i, (_, pairs) in enumerate(groups):
+        for c, g in pairs:
+            if c.compile_id in mom:
+                buckets[(g.kind, mom[c.compile_id])].append(i)
+    for same in buckets.values():
+        for i in same[1:]:
+            parent[root(i)] = root(same[0])
+    comps: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(groups)):
+        comps[root(i)].append(i)
+    out = []
+    for idx in comps.values():
+        members = [groups[i] for i in idx]
+        if len({id(f) for f, _ in members}) < 2:
+            continue
+        members.sort(key=lambda m: min(c.span[0] for c, _ in m[1]))
+        seen = sorted({mom[c.compile_id] for _, pairs in members for c, _ in pairs if c.compile_id in mom})
+        out.append(Cascade(members[0][1][0][1].kind, members, seen))
+    out.sort(key=lambda k: min(c.span[0] for c, _ in k.pairs))
+    return out
+
+
+def merged(s: Session) -> set[tuple[Any, Key]]:
+    """(frame id, cause) of every per-frame cause that is part of a cascade."""
+    return {(f.frame_id, key(pairs[0][1])) for k in cascades(s) for f, pairs in k.members}

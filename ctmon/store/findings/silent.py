@@ -1,0 +1,197 @@
+"""What a run does not say by itself: a job that failed, graphs that hold nothing.
+
+* a job that exited non-zero: the exception's last line and where it was
+  raised, read from the traceback the job printed on stderr (the output
+  events); a job killed by a signal says which;
+* compiles whose graphs captured no operation at all: Dynamo ran, but every
+  call runs the original Python -- the model runs eager.
+
+Frames with empty graphs next to frames that captured ops are normal (hook
+wrappers, dataclass constructors, code up to a graph break whose work goes
+on in the frames Dynamo compiles next), so only a run where nothing was
+captured is a finding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+
+if TYPE_CHECKING:
+    from ctmon.store.output import OutputLine
+    from ctmon.store.session import Session
+
+_HEADER = "Traceback (most recent call last):"
+_FILE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<")
+_INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+_COMPILER_ERRORS = ("torch._dynamo.", "torch._inductor.", "BackendCompilerFailed", "InternalTorchDynamoError")
+_SIGNALS = {
+    "SIGKILL": "usually the kernel's out-of-memory killer or a scheduler's limit",
+    "SIGSEGV": "a crash in native code (an extension, a driver, or a PyTorch bug)",
+    "SIGABRT": "an abort in native code (a failed assertion in an extension or PyTorch)",
+    "SIGBUS": "a crash in native code (often shared memory running out: /dev/shm)",
+}
+
+
+@dataclass
+class TraceFrame:
+    file: str
+    line: int
+    fn: str
+    code: str | None = None
+
+    @property
+    def library(self) -> bool:
+        return is_library(self.file)
+
+    def text(self) -> str:
+        return f"{self.file}:{self.line} in {self.fn}" + (f": `{self.code}`" if self.code else "")
+
+
+@dataclass
+class Exc:
+    line: str  # the exception's last line: "RuntimeError: loss went bad"
+    frames: list[TraceFrame] = field(default_factory=list)
+
+    @property
+    def raised_at(self) -> TraceFrame | None:
+        return self.frames[-1] if self.frames else None
+
+    @property
+    def user_frame(self) -> TraceFrame | None:
+        """The innermost frame in the user's own code (not site-packages, the stdlib or <string>)."""
+        return next((f for f in reversed(self.frames) if not f.library), None)
+
+
+def is_library(path: str) -> bool:
+    return any(m in path for m in _LIBRARY) or path.startswith("<")
+
+
+def last_exception(lines: list[OutputLine]) -> Exc | None:
+    """The last traceback on stderr, as Python prints it (chained ones end with the one that propagated)."""
+    err = [x.text for x in lines if x.stream == "stderr"]
+    start = next((i for i in range(len(err) - 1, -1, -1) if err[i].strip() == _HEADER), None)
+    if start is None:
+        return None
+    frames: list[TraceFrame] = []
+    for text in err[start + 1:]:
+        m = _FILE.match(text)
+        if m:
+            frames.append(TraceFrame(m.group("file"), int(m.group("line")), m.group("fn").strip()))
+        elif text[:1].isspace():
+            code = text.strip()
+            if frames and frames[-1].code is None and code and set(code) - set("^~ "):
+                frames[-1].code = code  # the source line; carets and tildes only point into it
+        elif text.strip():
+            return Exc(text.strip(), frames)
+    return None
+
+
+def rule_job_failed(s: Session) -> list[Finding]:
+    ex = s.exit
+    if ex is None or ex.status == 0:
+        return []
+    series = s.steps.current
+    steps = max(0, len(series) - 1) if series is not None else 0
+    when = f"after {steps} step{'s' if steps != 1 else ''}" if steps else "before any step completed"
+    exc = last_exception(list(s.output.lines))
+    how = f"exited with code {ex.code}" if ex.code is not None else f"was killed by {ex.signal}"
+    if ex.signal in _INTERRUPT_SIGNALS or (exc is not None and exc.line.startswith("KeyboardInterrupt")):
+        return [Finding(
+            id="job-failed:interrupted", rule="job-failed", severity="info",
+            title=f"The job was interrupted {when}" + (f" ({ex.signal})" if ex.signal else ""),
+            detail=f"It {how}; the findings cover the run up to the interruption.",
+            evidence=[exc.line] if exc else [], fix="Nothing to fix if the interruption was intended.",
+        )]
+    if exc is not None:
+        top, user = exc.raised_at, exc.user_frame
+        where = user or top
+        detail = f"It {how} {when}."
+        if top is not None:
+            detail += f" The exception was raised at {top.file}:{top.line} in {top.fn}"
+            detail += f", called from {user.file}:{user.line}." if user is not None and user is not top else "."
+        compiler = any(m in exc.line for m in _COMPILER_ERRORS)
+        fix = ("Fix the error the traceback names; the other findings describe the run up to it. The full traceback "
+               "is in the recording's output (ctmon replay, Output pane).")
+        if compiler:
+            fix = ("torch.compile raised it: rerun with TORCH_LOGS=\"+dynamo\" (or TORCH_TRACE and tlparse) to see the "
+                   "failing graph; torch._dynamo.config.suppress_errors = True makes the failing frame run eager "
+                   "instead of stopping the job, and torch.compiler.disable on the offending function keeps it out "
+                   "of the graph.")
+        return [Finding(
+            id="job-failed:exception", rule="job-failed", severity="critical",
+            title=f"The job failed: {_cut(exc.line, 200)}",
+            file=where.file if where else None, line=where.line if where else None,
+            detail=detail,
+            evidence=[f.text() for f in exc.frames[-6:]] + [_cut(exc.line, 500)],
+            fix=fix, rank=RANK_LIMIT + 100,
+        )]
+    last = next((x.text.strip() for x in reversed(list(s.output.lines)) if x.stream == "stderr" and x.text.strip()),
+                None)
+    if ex.signal:
+        why = _SIGNALS.get(ex.signal, "sent by another process or the system")
+        return [Finding(
+            id=f"job-failed:{ex.signal}", rule="job-failed", severity="critical",
+            title=f"The job was killed by {ex.signal} {when}",
+            detail=f"{ex.signal} is {why}.",
+            evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
+            fix=("If memory ran out, the samples show it: lower the batch size, or free memory between steps; check "
+                 "the system log (dmesg) or the scheduler's log for who sent the signal."),
+            rank=RANK_LIMIT + 100,
+        )]
+    return [Finding(
+        id="job-failed:exit-code", rule="job-failed", severity="warning",
+        title=f"The job exited with code {ex.code} {when}",
+        detail="It printed no traceback: the script (or a library) chose this exit status.",
+        evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
+        fix="See the job's output for why it stopped.", rank=RANK_RECOMPILES,
+    )]
+
+
+def all_empty(s: Session) -> bool:
+    """Dynamo compiled something, and no graph holds an operation."""
+    done = [c for c in s.compile.compiles if c.ok and c.graph_ops is not None]
+    return bool(done) and not any(c.graph_ops for c in done) and not s.compile.bwd_compiles
+
+
+def rule_empty_graphs(s: Session) -> list[Finding]:
+    if not all_empty(s):
+        return []
+    frames = [f for f in s.compile.frames_sorted() if any(c.ok and c.graph_ops == 0 for c in f.compiles)]
+    n = len(frames)
+    cost = sum(f.time_s for f in frames)
+    breaks = sum(c.graph_breaks for f in frames for c in f.compiles)
+    if n == 1:
+        title = f"{frames[0].title} compiled to an empty graph: it runs eager"
+    else:
+        title = f"torch.compile captured no operation in {n} frames: the code runs eager"
+    evidence = []
+    for f in frames[:8]:
+        why = next((r for c in f.compiles for r in c.restarts), None)
+        evidence.append(f"{f.title} at {f.loc.text()}: {len(f.compiles)} compile(s), 0 ops"
+                        + (f" (restarted after: {_cut(why.splitlines()[0], 160)})" if why else ""))
+    return [Finding(
+        id="empty-graphs", rule="empty-graphs", severity="warning",
+        title=title,
+        file=frames[0].loc.file if frames else None, line=frames[0].loc.line if frames else None,
+        detail=(f"Dynamo compiled {n} frame{'s' if n != 1 else ''} ({cost:.2f} s) but no graph holds a tensor "
+                "operation, so every call runs the original Python: there is no speed-up to expect."
+                + (f" {breaks} graph break(s) split the code before any operation was captured." if breaks else "")),
+        evidence=evidence,
+        fix=("See the graph breaks: a break at the top of the function leaves nothing to capture. Check that the "
+             "tensor work is inside what you compiled (not in a function marked torch.compiler.disable, NumPy code, "
+             "or a method of the original module — torch.compile(model) compiles model.forward only, so "
+             "model.generate() or model.other() run uncompiled)."),
+        rank=RANK_RECOMPILES - 60,
+    )]
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+RULES = (rule_job_failed, rule_empty_graphs)

@@ -1,0 +1,109 @@
+"""Findings on a real library model and on silent failures, under ``ctmon record``.
+
+A tiny Hugging Face GPT-2 built from a config (no download), compiled with
+backend="eager": one change of the sequence length recompiles four frames
+(transformers' hook wrapper, forward, the loss, the output dataclass) and must
+read as one finding; the same script failing in its first step must name the
+exception; a compiled step that captures no operation must say it runs eager.
+Every recording is also analysed in-process with ``strict=True``, so a rule
+that raises on it fails here instead of vanishing from the report.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import pytest
+from helpers import WORKLOADS, assert_matches_torch_trace, record
+
+from ctmon.reader import read_recording
+from ctmon.store import Session
+from ctmon.store.findings import analyze
+
+GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
+EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")
+RECOMPILE_RULES = ("shape-recompiles", "scalar-recompiles", "guard-recompiles", "recompile-limit")
+
+
+def marker(path: str, name: str) -> int:
+    with open(path) as f:
+        return next(i for i, line in enumerate(f, 1) if f"# {name}" in line)
+
+
+def def_line(path: str, name: str) -> int:
+    with open(path) as f:
+        return next(i for i, line in enumerate(f, 1) if re.match(rf"def {name}\(", line))
+
+
+class Recorded:
+    def __init__(self, tmp: Any, target: list[str], rc: int = 0, torch_trace: bool = False) -> None:
+        self.run = record(tmp, target, torch_trace=torch_trace)
+        assert self.run.returncode == rc, (self.run.returncode, self.run.proc.stderr[-3000:])
+        self.rep = self.run.report()
+        self.findings: list[dict[str, Any]] = self.rep["findings"]
+        # the same recording, every rule strict: one that raises fails the test
+        session = Session().apply_all(read_recording(self.run.recording))
+        self.strict = [f.as_dict() for f in analyze(session, strict=True)]
+
+    def rule(self, *rules: str) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["rule"] in rules]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hf")
+    # one at a time: the CI machines have two cores, and GPT-2's compiles fill one
+    return {
+        "gpt2": Recorded(base / "gpt2", [GPT2], torch_trace=True),
+        "crash": Recorded(base / "crash", [GPT2, "--crash"], rc=1),
+        "empty": Recorded(base / "empty", [EMPTY]),
+        "empty-fixed": Recorded(base / "empty-fixed", [EMPTY, "--fix"]),
+    }
+
+
+def test_the_report_is_what_every_rule_says_strictly(runs):
+    for name, r in runs.items():
+        assert [f["id"] for f in r.strict] == [f["id"] for f in r.findings], name
+
+
+def test_one_sequence_length_change_is_one_finding_naming_the_frames(runs):
+    r = runs["gpt2"]
+    assert_matches_torch_trace(r.rep, r.run.trace())
+    assert r.rep["compile"]["recompiles"] >= 3  # several frames recompiled on the change...
+    (f,) = r.rule(*RECOMPILE_RULES)  # ...and it reads as one cause
+    assert f["rule"] == "shape-recompiles" and f["severity"] == "info"
+    assert f["title"].startswith(f"One change recompiled {r.rep['compile']['recompiles']} frames: ")
+    assert "dim 1 of tensor 'input_ids' changed (16 → 24)" in f["title"]
+    for frame in ("GPT2LMHeadModel.wrapper", "forward", "ForCausalLMLoss"):
+        assert frame in f["detail"]
+    assert f"{r.rep['compile']['recompiles']} recompiles" in f["detail"]
+    assert any("tensor 'labels' size mismatch at index 1. expected 16, actual 24" in e for e in f["evidence"])
+    assert f["evidence"][-1].startswith(f"in all: {r.rep['compile']['recompiles']} recompiles of ")
+    assert "torch._dynamo.mark_dynamic(input_ids, 1)" in f["fix"]
+
+
+def test_a_job_that_fails_in_its_first_step_says_so(runs):
+    r = runs["crash"]
+    (f,) = r.rule("job-failed")
+    assert f["severity"] == "critical" and r.findings[0] == f
+    assert f["title"] == "The job failed: RuntimeError: loss went bad at step 0"
+    assert (f["file"], f["line"]) == (GPT2, marker(GPT2, "CRASH"))
+    assert "before any step completed" in f["detail"]
+    assert f["evidence"][-1] == "RuntimeError: loss went bad at step 0"
+    breaks = r.rule("graph-breaks")
+    assert breaks and all(b["id"].endswith(":before-failure") and "outside the step loop" not in b["title"]
+                          for b in breaks)
+    assert not runs["gpt2"].rule("job-failed")
+
+
+def test_a_compiled_step_that_captured_nothing_says_it_runs_eager(runs):
+    r = runs["empty"]
+    (f,) = r.rule("empty-graphs")
+    assert f["severity"] == "warning" and f["title"] == "step compiled to an empty graph: it runs eager"
+    assert (f["file"], f["line"]) == (EMPTY, def_line(EMPTY, "step"))
+    assert "torch.compiler.disable" in f["fix"]
+    assert not r.rule("compile-cost")  # not "[info] Compilation took 0.2 s"
+    fixed = runs["empty-fixed"]
+    assert not fixed.rule("empty-graphs") and fixed.rule("compile-cost")
