@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import monotonic, perf_counter
+from time import perf_counter
 from typing import Any
 
 from rich.text import Text
@@ -70,18 +70,11 @@ from ctmon.tui.panels import (
     StepsPanel,
 )
 from ctmon.tui.panes import KIND_LABEL, BreaksPane, EventsPane, FramesPane, OutputPane, Pane
+from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
 from ctmon.tui.safe import ansi_text, clean
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.timeline import Timeline
 
-REFRESH_MIN_S = 0.05  # at most 20 repaints a second
-STEADY_REFRESH_S = 0.2  # steps, samples and output alone: at most 5 repaints a second
-INGEST_BUDGET_S = 0.03  # UI-thread time spent folding events before yielding
-CYCLE_S = 1 / 12  # while a backlog is folded: one repaint per cycle
-LISTS_BACKLOG_S = 0.5  # while a backlog is folded: how often the long lists repaint
-BACKLOG_EVENTS = 2000
-MIN_BUDGET_S = 0.005
-SLICE_EVENTS = 32
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
 PLAY_TICK_S = 0.1
@@ -388,19 +381,11 @@ class CtmonApp(App[AppResult]):
             title=title,
         )
         self.recording = recording
-        self.handoff = Handoff(self._wake)
-        self.ingest_budget_s = ingest_budget_s
-        self._budget = ingest_budget_s
-        self._carry: list[dict[str, Any]] = []  # the unfolded rest of a batch
-        self.refresh_min_s = refresh_min_s
-        self.steady_refresh_s = max(refresh_min_s, STEADY_REFRESH_S)
-        self._urgent_key: tuple[int, int, int] = (-1, -1, -1)
-        self.applied = 0
+        self.pump = Pump(self.full, self.timeline, self._wake,
+                         ingest_budget_s=ingest_budget_s, refresh_min_s=refresh_min_s)
         self.view_refreshes = 0
         self.feed_error: str | None = None
         self._refresh_timer: Any = None
-        self._last_refresh = 0.0
-        self._last_lists = 0.0
         self._reader: threading.Thread | None = None
         self._stop_reading = False
         self._interrupts = 0
@@ -463,41 +448,13 @@ class CtmonApp(App[AppResult]):
             pass
 
     async def on_ingest(self, _: Ingest) -> None:
-        deadline = perf_counter() + self._budget
-        full, tl = self.full, self.timeline
-        apply = full.apply
-        n = 0
-        while True:
-            if self._carry:
-                batch, self._carry = self._carry, []
-            else:
-                batch = self.handoff.take()
-                if batch is None:
-                    break
-                if tl is not None:
-                    tl.extend(batch)
-            # fold in small steps, so one slow batch cannot overrun the slice
-            for i in range(0, len(batch), SLICE_EVENTS):
-                for ev in batch[i:i + SLICE_EVENTS]:
-                    apply(ev)
-                done = min(len(batch), i + SLICE_EVENTS)
-                if perf_counter() >= deadline and done < len(batch):
-                    self._carry = batch[done:]
-                    n += done
-                    self.applied += done
-                    break
-            else:
-                n += len(batch)
-                self.applied += len(batch)
-            if tl is not None:
-                tl.offer_checkpoint(self.applied, full)
-            if perf_counter() >= deadline:
-                self._after_ingest()
-                await self._make_way()
-                self._post(Ingest())  # the rest, after the screen has had its turn
-                return
-        if n:
-            self._after_ingest()
+        n, out_of_time = self.pump.fold(self.pump.deadline())
+        if out_of_time:
+            self._after_fold()
+            await self._make_way()
+            self._post(Ingest())  # the rest, after the screen has had its turn
+        elif n:
+            self._after_fold()
 
     async def _make_way(self) -> None:
         """Out of budget with events still waiting: let the screen repaint.
@@ -509,7 +466,7 @@ class CtmonApp(App[AppResult]):
         """
         if self._finished:
             return
-        if self.ctx.paused or monotonic() - self._last_refresh < self.refresh_min_s:
+        if not self.pump.paint_due(self.ctx.paused):
             await asyncio.sleep(0)
             return
         if self._refresh_timer is not None:
@@ -524,25 +481,24 @@ class CtmonApp(App[AppResult]):
             await asyncio.wait_for(self.screen.wait_for_refresh(), PAINT_WAIT_S)
         except (asyncio.TimeoutError, AssertionError):
             pass
-        # keep a repaint every CYCLE_S: the slower the paint, the shorter the
-        # next slice of folding (busy machines, big terminals)
-        paint = perf_counter() - t0
-        self._budget = min(self.ingest_budget_s, max(MIN_BUDGET_S, CYCLE_S - paint))
+        self.pump.painted(perf_counter() - t0)
 
-    def _after_ingest(self) -> None:
+    def _after_fold(self, schedule: bool = True) -> None:
+        """Events were folded: follow them in replay, see whether the feed is
+        done or the job has exited, and (unless a repaint is running) ask for one."""
         if self._finished:
             return
         r = self.ctx.replay
         if r is not None:
-            following = self.ctx.session is self.full
             r.total = self.applied
-            if following:
+            if self.ctx.session is self.full:
                 r.position = r.total
         self._check_loaded()
         if self._quit_on_exit and (self.full.exit is not None or self._drained):
             self.finish("stopped")
             return
-        self._schedule_refresh()
+        if schedule:
+            self._schedule_refresh()
 
     def on_feed_ended(self, message: FeedEnded) -> None:
         self.ctx.feed_done = True
@@ -556,12 +512,16 @@ class CtmonApp(App[AppResult]):
         self._schedule_refresh()
 
     @property
-    def _backlog(self) -> bool:
-        return bool(self._carry) or self.handoff.pending > BACKLOG_EVENTS
+    def applied(self) -> int:
+        return self.pump.applied
+
+    @property
+    def handoff(self) -> Handoff:
+        return self.pump.handoff
 
     @property
     def _drained(self) -> bool:
-        return self.ctx.feed_done and self.handoff.pending == 0 and not self._carry
+        return self.ctx.feed_done and self.pump.empty
 
     def _check_loaded(self) -> None:
         r = self.ctx.replay
@@ -575,69 +535,28 @@ class CtmonApp(App[AppResult]):
 
     # ---------------------------------------------------------- repainting
 
-    def _urgent(self) -> bool:
-        """Something a user waits to see changed: a compile, an alert, the exit."""
-        rev = self.full.rev
-        key = (rev["compile"], rev["log"], rev["meta"])
-        if key != self._urgent_key:
-            self._urgent_key = key
-            return True
-        return False
-
     def _schedule_refresh(self) -> None:
         if self.ctx.paused or self._refresh_timer is not None:
             return
-        # Two cadences: compiles, alerts and the exit show within refresh_min_s;
-        # the steady stream (steps, samples, output) at most every
-        # steady_refresh_s, which keeps an idle live screen cheap.
-        urgent = self._urgent() or self.ctx.replay is not None
-        gap = self.refresh_min_s if urgent else self.steady_refresh_s
-        delay = max(0.001, self._last_refresh + gap - monotonic())  # a 0 s timer divides by zero
-        self.handoff.hold = not urgent and not self._backlog
+        delay = self.pump.refresh_delay(always_urgent=self.ctx.replay is not None)
         self._refresh_timer = self.set_timer(delay, self._do_refresh, name="refresh")
 
     def _do_refresh(self) -> None:
         self._refresh_timer = None
-        if 0 < self.handoff.pending <= BACKLOG_EVENTS and not self._carry:
-            self._fold_waiting()  # what queued while the repaint was scheduled
-        if self.handoff.release():
+        folded, wake = self.pump.before_refresh()
+        if folded:
+            self._after_fold(schedule=False)  # this repaint shows them
+        if wake:
             self._wake()  # a backlog is left: fold it through the budgeted path
         if not self.ctx.paused:
             self.refresh_views()
 
-    def _fold_waiting(self) -> None:
-        apply, tl = self.full.apply, self.timeline
-        n = 0
-        while self.handoff.pending and (batch := self.handoff.take()) is not None:
-            if tl is not None:
-                tl.extend(batch)
-            for ev in batch:
-                apply(ev)
-            n += len(batch)
-        self.applied += n
-        if tl is not None and n:
-            tl.offer_checkpoint(self.applied, self.full)
-        if n:
-            r = self.ctx.replay
-            if r is not None and self.ctx.session is self.full:
-                r.total = r.position = self.applied
-            self._check_loaded()
-            if self._quit_on_exit and (self.full.exit is not None or self._drained):
-                self.finish("stopped")
-
     def refresh_views(self, force: bool = False) -> int:
-        now = self._last_refresh = monotonic()
+        backlog, lists_due = self.pump.refreshing(force)
         main = self.main
         if main is None or not main.is_mounted or self._closing or self._finished:
             return 0
-        # Catching up on a backlog (a late attach to a long session, a
-        # replay): the panels (header, steps, GPU, counters) repaint every
-        # cycle; the four long lists, which cost most to draw and would only
-        # scroll past, every LISTS_BACKLOG_S. Nothing is skipped for good.
-        backlog = self.ctx.catching_up = self._backlog
-        lists_due = force or not backlog or now - self._last_lists >= LISTS_BACKLOG_S
-        if lists_due:
-            self._last_lists = now
+        self.ctx.catching_up = backlog
         changed = 0
         with self.batch_update():
             for view in main.views():
