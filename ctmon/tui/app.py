@@ -51,13 +51,13 @@ from ctmon.tui.main_screen import MainScreen, TabStrip
 from ctmon.tui.panels import HeaderBar, KeyBar
 from ctmon.tui.panes import Pane
 from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
+from ctmon.tui.replay_control import ReplayControl
 from ctmon.tui.safe import clean
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
 
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
-PLAY_TICK_S = 0.1
 STOP_GIVE_UP_AFTER_KILL_S = 7.0  # the viewer waits this long for the exit once SIGKILL is due
 
 
@@ -126,9 +126,8 @@ class CtmonApp(App[AppResult]):
         self._interrupts = 0
         self._quit_on_exit = False
         self._finished = False
-        self._play_timer: Any = None
-        self._play_t = 0.0
         self.main: MainScreen | None = None
+        self.replay_control = ReplayControl(self.ctx, self.full, self.timeline, self.refresh_views, self.set_interval)
 
     # ------------------------------------------------------------- set-up
 
@@ -387,99 +386,20 @@ class CtmonApp(App[AppResult]):
 
     # -------------------------------------------------------------- replay
 
-    def _replay_ok(self) -> bool:
-        return self.timeline is not None and self.ctx.replay is not None and len(self.timeline) > 0
-
     def replay_goto(self, position: int) -> None:
-        tl, r = self.timeline, self.ctx.replay
-        if tl is None or r is None:
-            return
-        position = max(0, min(position, len(tl)))
-        current = self.ctx.session
-        if position >= len(tl):
-            session = self.full
-        elif current is not self.full:
-            session = tl.build(position, current, r.position)
-        else:
-            session = tl.build(position)
-        r.position = position
-        r.total = len(tl)
-        if session is not current:
-            self.ctx.session = session
-            self.ctx.gen += 1
-            self.ctx.gpu_error = None
-        self.refresh_views()
+        self.replay_control.goto(position)
 
     def action_replay_step(self, direction: int) -> None:
-        if not self._replay_ok():
-            return
-        assert self.timeline is not None and self.ctx.replay is not None
-        self._stop_playing()
-        pos = self.ctx.replay.position
-        self.replay_goto(self.timeline.next_mark(pos) if direction > 0 else self.timeline.prev_mark(pos))
+        self.replay_control.step(direction)
 
     def action_replay_jump(self, direction: int) -> None:
-        if not self._replay_ok():
-            return
-        tl, r = self.timeline, self.ctx.replay
-        assert tl is not None and r is not None
-        self._stop_playing()
-        start = tl.start_time() or 0.0
-        end = tl.time_at(len(tl)) or start
-        now = tl.time_at(r.position) or start
-        target = now + direction * 0.1 * max(end - start, 1e-6)
-        pos = tl.position_at_time(target)
-        if direction < 0 and pos >= r.position:
-            pos = max(0, r.position - 1)
-        self.replay_goto(pos)
+        self.replay_control.jump(direction)
 
     def action_replay_play(self) -> None:
-        if not self._replay_ok():
-            return
-        tl, r = self.timeline, self.ctx.replay
-        assert tl is not None and r is not None
-        if r.playing:
-            self._stop_playing()
-            self.refresh_views()
-            return
-        start = tl.start_time() or 0.0
-        end = tl.time_at(len(tl)) or start
-        if r.at_end:
-            self.replay_goto(0)
-        self._play_t = tl.time_at(r.position) or start
-        if r.speed == 1.0:
-            r.speed = _nice_speed((end - start) / 30.0)
-        r.playing = True
-        self._play_timer = self.set_interval(PLAY_TICK_S, self._play_tick, name="play")
-        self.refresh_views()
+        self.replay_control.play()
 
     def action_replay_speed(self, factor: float) -> None:
-        r = self.ctx.replay
-        if r is None:
-            return
-        r.speed = min(10000.0, max(0.25, r.speed * factor))
-        self.refresh_views()
-
-    def _play_tick(self) -> None:
-        tl, r = self.timeline, self.ctx.replay
-        if tl is None or r is None or not r.playing:
-            return
-        self._play_t += PLAY_TICK_S * r.speed
-        pos = tl.position_at_time(self._play_t)
-        if pos >= len(tl):
-            self._stop_playing()
-            self.replay_goto(len(tl))
-        elif pos != r.position:
-            self.replay_goto(pos)
-
-    def _stop_playing(self) -> None:
-        r = self.ctx.replay
-        if r is not None:
-            r.playing = False
-        if self._play_timer is not None:
-            self._play_timer.stop()
-            self._play_timer = None
-
+        self.replay_control.speed(factor)
 
 GC_THRESHOLDS = (20_000, 100, 100)
 
@@ -491,12 +411,3 @@ def tune_gc() -> None:
     collections keep the screen smooth."""
     if gc.get_threshold()[0] < GC_THRESHOLDS[0]:
         gc.set_threshold(*GC_THRESHOLDS)
-
-
-def _nice_speed(x: float) -> float:
-    if x <= 1:
-        return 1.0
-    for base in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
-        if base >= x:
-            return float(base)
-    return 10000.0
