@@ -100,7 +100,7 @@ def _events(name: str) -> list[dict]:
 
 
 def test_findings_wait_for_the_end_of_a_backlog(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_clock = panels.monotonic
+    real_clock = panels.findings.monotonic
     # multi_gpu's 19th event brings its first warning (shape recompiles)
     events = _events("multi_gpu")
     ctx = ViewContext(session=Session(), catching_up=True)
@@ -110,7 +110,7 @@ def test_findings_wait_for_the_end_of_a_backlog(monkeypatch: pytest.MonkeyPatch)
     for ev in events[10:20]:
         ctx.session.apply(ev)
     # still folding the backlog: the rules are not run again, however long it takes
-    monkeypatch.setattr(panels, "monotonic", lambda: real_clock() + 3600)
+    monkeypatch.setattr(panels.findings, "monotonic", lambda: real_clock() + 3600)
     assert not [f for f in current_findings(ctx) if f.severity != "info"]
     ctx.catching_up = False
     # the backlog is folded: the next look runs them at once
@@ -132,7 +132,7 @@ async def test_alerts_format_only_the_lines_that_fit(monkeypatch: pytest.MonkeyP
         alerts = app.screen.query_one(AlertsPanel)
         found = panels.live_findings(alerts.ctx)
         assert len(found) > alerts.content_height  # more findings than lines
-        monkeypatch.setattr(panels, "finding_text", counting)
+        monkeypatch.setattr(panels.alerting, "finding_text", counting)
         text = alerts.render_text()
         assert len(formatted) == alerts.content_height
         assert len(text.plain.splitlines()) == alerts.content_height

@@ -3,18 +3,19 @@ where the time goes.
 
 Data path (the app never parses events; the store does):
 
-    Feed.batches()  --reader thread-->  Handoff  --Ingest message-->  Session.apply
+    Feed.batches()  --reader thread-->  Handoff  --Ingest message-->  Pump.fold  -->  Session.apply
                                                                        (UI thread)
-    Session.rev[...] changed?  --at most 20 times a second-->  views refresh
+    Session.rev[...] changed?  --when the Pump says a repaint is due-->  views refresh
 
 * the feed (a live job's socket, a recording, a list) is injected;
 * a plain daemon thread reads it, so a blocked socket can never hold up
   the app's exit; it hands batches over through ``Handoff``, which keeps at
   most one wake-up message in flight however fast events come;
-* the UI thread folds batches into its ``Session`` in time slices; between
-  slices, when a repaint is due, it updates the views and waits for the
-  screen to be drawn, so repaints go on during a firehose (see
-  docs/PERFORMANCE.md, "The viewer");
+* the UI thread folds batches into its ``Session`` through the ``Pump``
+  (ctmon/tui/pump.py), the one fold path and the one place that decides
+  when to repaint; between slices of a backlog, when a repaint is due, the
+  app updates the views and waits for the screen to be drawn, so repaints
+  go on during a firehose (see docs/PERFORMANCE.md, "The viewer");
 * each view compares the revisions of the store sections it reads with the
   ones it last drew, and only those that changed are repainted: an idle
   screen costs a one-second clock tick.
@@ -32,64 +33,35 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import monotonic, perf_counter
+from time import perf_counter
 from typing import Any
 
-from rich.text import Text
-from textual import events
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding
-from textual.containers import Container, Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widget import Widget
 
 from ctmon import protocol
 from ctmon.feeds import Feed
 from ctmon.store import ExitInfo, Session
 from ctmon.textsafe import clean_event
-from ctmon.tui.context import ReplayInfo, StoreView, ViewContext
-from ctmon.tui.details import (
-    break_detail,
-    break_title,
-    entry_detail,
-    find_break,
-    find_frame,
-    frame_detail,
-    frame_title,
-)
+from ctmon.tui.context import ReplayInfo, ViewContext
 from ctmon.tui.ingest import Handoff
-from ctmon.tui.linelist import LineList
-from ctmon.tui.panels import (
-    AlertsPanel,
-    CompilePanel,
-    GpuPanel,
-    HeaderBar,
-    KeyBar,
-    ProcessPanel,
-    StepsPanel,
-)
-from ctmon.tui.panes import KIND_LABEL, BreaksPane, EventsPane, FramesPane, OutputPane, Pane
-from ctmon.tui.safe import ansi_text, clean
-from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
+from ctmon.tui.main_screen import MainScreen, TabStrip
+from ctmon.tui.panels import HeaderBar, KeyBar
+from ctmon.tui.panes import Pane
+from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
+from ctmon.tui.replay_control import ReplayControl
+from ctmon.tui.safe import clean
+from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
 
-REFRESH_MIN_S = 0.05  # at most 20 repaints a second
-STEADY_REFRESH_S = 0.2  # steps, samples and output alone: at most 5 repaints a second
-INGEST_BUDGET_S = 0.03  # UI-thread time spent folding events before yielding
-CYCLE_S = 1 / 12  # while a backlog is folded: one repaint per cycle
-LISTS_BACKLOG_S = 0.5  # while a backlog is folded: how often the long lists repaint
-BACKLOG_EVENTS = 2000
-MIN_BUDGET_S = 0.005
-SLICE_EVENTS = 32
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
-PLAY_TICK_S = 0.1
 STOP_GIVE_UP_AFTER_KILL_S = 7.0  # the viewer waits this long for the exit once SIGKILL is due
-COMPACT_WIDTH = 120
-COMPACT_HEIGHT = 36
-PANES = ("frames", "breaks", "events", "output")
-PANE_TITLES = {"frames": "Frames", "breaks": "Graph breaks", "events": "Events", "output": "Output"}
+
+
+__all__ = ["AppResult", "CtmonApp", "FeedEnded", "Ingest", "MainScreen", "TabStrip", "tune_gc"]
 
 
 class Ingest(Message):
@@ -107,250 +79,6 @@ class AppResult:
     how: str  # "quit" | "detached" | "stopped"
     exit: ExitInfo | None
     session: Session
-
-
-class TabStrip(Widget):
-    """In small terminals one list pane shows at a time; this says which."""
-
-    DEFAULT_CSS = """
-    TabStrip { height: 1; background: $panel; }
-    """
-
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.current = PANES[0]
-
-    def render(self) -> Text:
-        out = Text(" ")
-        for name in PANES:
-            title = PANE_TITLES[name]
-            if name == self.current:
-                out.append(f" {title} ", "bold reverse")
-            else:
-                out.append(f" {title} ", "dim")
-            out.append(" ")
-        out.append(" Tab ⇥", "dim")
-        return out
-
-
-class MainScreen(Screen[None]):
-    DEFAULT_CSS = """
-    MainScreen { layout: vertical; }
-    #top { height: 9; }
-    #steps { width: 5fr; height: 100%; }
-    #sys { width: 6fr; height: 100%; layout: horizontal; }
-    #gpu { width: 3fr; height: 100%; }
-    #proc { width: 2fr; height: 100%; }
-    #mid { height: 6; }
-    #compile { width: 3fr; height: 100%; }
-    #alerts { width: 1fr; height: 100%; }
-    #tabs { display: none; }
-    #header { border: none; padding: 0 1; }
-    #lower { layout: grid; grid-size: 2 2; grid-columns: 3fr 2fr; height: 1fr; }
-    Panel, Pane {
-        border: round $panel-lighten-2;
-        border-title-color: $text;
-        border-title-style: bold;
-        padding: 0 1;
-    }
-    Pane { height: 1fr; padding: 0; }
-    Pane:focus { border: round $accent; }
-    #alerts { border: round $error 60%; }
-
-    MainScreen.-compact #top { height: 6; }
-    MainScreen.-compact #steps { width: 1fr; }
-    MainScreen.-compact #sys { width: 38; layout: vertical; }
-    MainScreen.-compact #gpu { width: 100%; height: 3; }
-    MainScreen.-compact #proc { width: 100%; height: 3; }
-    MainScreen.-compact #mid { height: 4; }
-    MainScreen.-compact #alerts { display: none; }
-    MainScreen.-compact #tabs { display: block; }
-    MainScreen.-compact #lower { layout: vertical; }
-    MainScreen.-compact Panel, MainScreen.-compact Pane {
-        border: none;
-        border-top: solid $panel-lighten-2;
-        padding: 0;
-    }
-    MainScreen.-compact Pane:focus { border: none; border-top: solid $accent; }
-    MainScreen.-compact #steps { padding-right: 1; }
-    MainScreen.-compact Pane { display: none; }
-    MainScreen.-compact Pane.-current { display: block; }
-    """
-
-    BINDINGS = [
-        Binding("q", "app.request_quit", "Quit"),
-        Binding("question_mark", "help", "Help"),
-        Binding("slash", "filter", "Filter"),
-        Binding("space", "pause", "Pause"),
-        Binding("tab", "pane(1)", "Next pane", priority=True),
-        Binding("shift+tab", "pane(-1)", "Previous pane", priority=True),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-        Binding("f", "cycle_kinds", "Event kinds", show=False),
-        Binding("a", "findings", "Findings", show=False),
-        Binding("i", "app.job_input", "Input to the job", show=False),
-        Binding("left_square_bracket", "app.replay_step(-1)", "Step back", show=False),
-        Binding("right_square_bracket", "app.replay_step(1)", "Step forward", show=False),
-        Binding("left_curly_bracket", "app.replay_jump(-1)", "Jump back", show=False),
-        Binding("right_curly_bracket", "app.replay_jump(1)", "Jump forward", show=False),
-        Binding("p", "app.replay_play", "Play", show=False),
-        Binding("plus,equals_sign", "app.replay_speed(2.0)", "Faster", show=False),
-        Binding("minus", "app.replay_speed(0.5)", "Slower", show=False),
-    ]
-
-    def __init__(self, ctx: ViewContext) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.current_pane = PANES[0]
-        self.compact = False
-        self._views: list[StoreView] | None = None
-
-    def compose(self) -> ComposeResult:
-        ctx = self.ctx
-        yield HeaderBar(ctx, id="header")
-        with Horizontal(id="top"):
-            yield StepsPanel(ctx, id="steps")
-            with Container(id="sys"):
-                yield GpuPanel(ctx, id="gpu")
-                yield ProcessPanel(ctx, id="proc")
-        with Horizontal(id="mid"):
-            yield CompilePanel(ctx, id="compile")
-            yield AlertsPanel(ctx, id="alerts")
-        yield TabStrip(id="tabs")
-        with Container(id="lower"):
-            yield FramesPane(ctx, id="frames")
-            yield EventsPane(ctx, id="events")
-            yield BreaksPane(ctx, id="breaks")
-            yield OutputPane(ctx, id="output")
-        yield KeyBar(ctx, id="keys")
-
-    def on_mount(self) -> None:
-        self.query_one("#frames", Pane).add_class("-current")
-        self.query_one("#frames", Pane).focus()
-        self._apply_size(self.size.width, self.size.height)
-        self.call_after_refresh(self._ready)
-
-    def _ready(self) -> None:
-        app = self.app
-        if isinstance(app, CtmonApp):
-            app.start_reading()
-
-    def views(self) -> list[StoreView]:
-        if self._views is None:
-            self._views = [w for w in self.walk_children() if isinstance(w, StoreView)]
-        return self._views
-
-    def pane(self, name: str) -> Pane:
-        return self.query_one(f"#{name}", Pane)
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._apply_size(event.size.width, event.size.height)
-
-    def _apply_size(self, width: int, height: int) -> None:
-        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
-        self.compact = compact
-        self.set_class(compact, "-compact")
-        self.query_one("#compile").set_class(compact, "-with-alert")
-
-    # ---- panes ----
-
-    def focused_pane(self) -> Pane:
-        f = self.focused
-        if isinstance(f, Pane):
-            return f
-        return self.pane(self.current_pane)
-
-    def set_current(self, name: str, focus: bool = True) -> None:
-        for n in PANES:
-            self.pane(n).set_class(n == name, "-current")
-        self.current_pane = name
-        tabs = self.query_one(TabStrip)
-        tabs.current = name
-        tabs.refresh()
-        if focus:
-            self.pane(name).focus()
-
-    def action_pane(self, delta: int) -> None:
-        i = PANES.index(self.current_pane)
-        self.set_current(PANES[(i + delta) % len(PANES)])
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        w = event.widget
-        if isinstance(w, Pane) and w.NAME in PANES and w.NAME != self.current_pane:
-            self.set_current(w.NAME, focus=False)
-
-    # ---- keys that act on the view ----
-
-    def action_findings(self) -> None:
-        from ctmon.tui.panels import findings_body
-
-        n = len(self.ctx.session.findings())
-        self.app.push_screen(DetailScreen(f"Findings · {n}", findings_body(self.ctx), "findings"))
-
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(replay=self.ctx.replay is not None))
-
-    def action_pause(self) -> None:
-        app = self.app
-        assert isinstance(app, CtmonApp)
-        app.toggle_pause()
-
-    def action_filter(self) -> None:
-        pane = self.focused_pane()
-        if isinstance(pane, EventsPane):
-            kinds = [(k, f"{label.lower()} ({k})") for k, (label, _) in KIND_LABEL.items()]
-            screen = FilterScreen(PANE_TITLES[pane.NAME], pane.filter_text, kinds, pane.kinds)
-        else:
-            screen = FilterScreen(PANE_TITLES.get(pane.NAME, pane.NAME), pane.filter_text)
-
-        def done(result: Any) -> None:
-            if result is None:
-                return
-            text, kinds = result
-            if isinstance(pane, EventsPane):
-                pane.kinds = kinds
-                pane.preset = -1 if kinds is not None else 0
-            pane.set_filter(text)
-
-        self.app.push_screen(screen, done)
-
-    def action_clear_filter(self) -> None:
-        pane = self.focused_pane()
-        if isinstance(pane, EventsPane) and pane.kinds is not None:
-            pane.set_kinds(None)
-        if pane.filter_text:
-            pane.set_filter("")
-
-    def action_cycle_kinds(self) -> None:
-        pane = self.pane("events")
-        if not self.compact or self.current_pane == "events":
-            name = pane.cycle_kinds()
-        else:
-            self.set_current("events")
-            name = pane.cycle_kinds()
-        self.notify(f"events: {name}", timeout=1.5)
-
-    def on_line_list_selected(self, event: LineList.Selected) -> None:
-        ctx = self.ctx
-        item = event.item
-        pane = event.line_list
-        screen: Screen[Any] | None = None
-        if isinstance(pane, FramesPane):
-            screen = DetailScreen(frame_title(item, ctx), frame_detail(item, ctx), name="frame-detail")
-        elif isinstance(pane, BreaksPane):
-            screen = DetailScreen(break_title(item, ctx), break_detail(item, ctx), name="break-detail")
-        elif isinstance(pane, EventsPane):
-            frame = find_frame(ctx.session, item.ref) if item.kind in ("compile", "recompile", "limit", "error") else None
-            site = find_break(ctx.session, item.ref) if item.kind == "graph_break" else None
-            if frame is not None:
-                screen = DetailScreen(frame_title(frame, ctx), frame_detail(frame, ctx), name="frame-detail")
-            elif site is not None:
-                screen = DetailScreen(break_title(site, ctx), break_detail(site, ctx), name="break-detail")
-            else:
-                screen = DetailScreen(f"Event: {item.kind}", entry_detail(item, ctx), name="event-detail")
-        elif isinstance(pane, OutputPane):
-            screen = DetailScreen("Output line", ansi_text(item.text), name="output-detail")
-        if screen is not None:
-            self.app.push_screen(screen)
 
 
 class CtmonApp(App[AppResult]):
@@ -388,27 +116,18 @@ class CtmonApp(App[AppResult]):
             title=title,
         )
         self.recording = recording
-        self.handoff = Handoff(self._wake)
-        self.ingest_budget_s = ingest_budget_s
-        self._budget = ingest_budget_s
-        self._carry: list[dict[str, Any]] = []  # the unfolded rest of a batch
-        self.refresh_min_s = refresh_min_s
-        self.steady_refresh_s = max(refresh_min_s, STEADY_REFRESH_S)
-        self._urgent_key: tuple[int, int, int] = (-1, -1, -1)
-        self.applied = 0
+        self.pump = Pump(self.full, self.timeline, self._wake,
+                         ingest_budget_s=ingest_budget_s, refresh_min_s=refresh_min_s)
         self.view_refreshes = 0
         self.feed_error: str | None = None
         self._refresh_timer: Any = None
-        self._last_refresh = 0.0
-        self._last_lists = 0.0
         self._reader: threading.Thread | None = None
         self._stop_reading = False
         self._interrupts = 0
         self._quit_on_exit = False
         self._finished = False
-        self._play_timer: Any = None
-        self._play_t = 0.0
         self.main: MainScreen | None = None
+        self.replay_control = ReplayControl(self.ctx, self.full, self.timeline, self.refresh_views, self.set_interval)
 
     # ------------------------------------------------------------- set-up
 
@@ -463,41 +182,13 @@ class CtmonApp(App[AppResult]):
             pass
 
     async def on_ingest(self, _: Ingest) -> None:
-        deadline = perf_counter() + self._budget
-        full, tl = self.full, self.timeline
-        apply = full.apply
-        n = 0
-        while True:
-            if self._carry:
-                batch, self._carry = self._carry, []
-            else:
-                batch = self.handoff.take()
-                if batch is None:
-                    break
-                if tl is not None:
-                    tl.extend(batch)
-            # fold in small steps, so one slow batch cannot overrun the slice
-            for i in range(0, len(batch), SLICE_EVENTS):
-                for ev in batch[i:i + SLICE_EVENTS]:
-                    apply(ev)
-                done = min(len(batch), i + SLICE_EVENTS)
-                if perf_counter() >= deadline and done < len(batch):
-                    self._carry = batch[done:]
-                    n += done
-                    self.applied += done
-                    break
-            else:
-                n += len(batch)
-                self.applied += len(batch)
-            if tl is not None:
-                tl.offer_checkpoint(self.applied, full)
-            if perf_counter() >= deadline:
-                self._after_ingest()
-                await self._make_way()
-                self._post(Ingest())  # the rest, after the screen has had its turn
-                return
-        if n:
-            self._after_ingest()
+        n, out_of_time = self.pump.fold(self.pump.deadline())
+        if out_of_time:
+            self._after_fold()
+            await self._make_way()
+            self._post(Ingest())  # the rest, after the screen has had its turn
+        elif n:
+            self._after_fold()
 
     async def _make_way(self) -> None:
         """Out of budget with events still waiting: let the screen repaint.
@@ -509,7 +200,7 @@ class CtmonApp(App[AppResult]):
         """
         if self._finished:
             return
-        if self.ctx.paused or monotonic() - self._last_refresh < self.refresh_min_s:
+        if not self.pump.paint_due(self.ctx.paused):
             await asyncio.sleep(0)
             return
         if self._refresh_timer is not None:
@@ -524,25 +215,24 @@ class CtmonApp(App[AppResult]):
             await asyncio.wait_for(self.screen.wait_for_refresh(), PAINT_WAIT_S)
         except (asyncio.TimeoutError, AssertionError):
             pass
-        # keep a repaint every CYCLE_S: the slower the paint, the shorter the
-        # next slice of folding (busy machines, big terminals)
-        paint = perf_counter() - t0
-        self._budget = min(self.ingest_budget_s, max(MIN_BUDGET_S, CYCLE_S - paint))
+        self.pump.painted(perf_counter() - t0)
 
-    def _after_ingest(self) -> None:
+    def _after_fold(self, schedule: bool = True) -> None:
+        """Events were folded: follow them in replay, see whether the feed is
+        done or the job has exited, and (unless a repaint is running) ask for one."""
         if self._finished:
             return
         r = self.ctx.replay
         if r is not None:
-            following = self.ctx.session is self.full
             r.total = self.applied
-            if following:
+            if self.ctx.session is self.full:
                 r.position = r.total
         self._check_loaded()
         if self._quit_on_exit and (self.full.exit is not None or self._drained):
             self.finish("stopped")
             return
-        self._schedule_refresh()
+        if schedule:
+            self._schedule_refresh()
 
     def on_feed_ended(self, message: FeedEnded) -> None:
         self.ctx.feed_done = True
@@ -556,12 +246,16 @@ class CtmonApp(App[AppResult]):
         self._schedule_refresh()
 
     @property
-    def _backlog(self) -> bool:
-        return bool(self._carry) or self.handoff.pending > BACKLOG_EVENTS
+    def applied(self) -> int:
+        return self.pump.applied
+
+    @property
+    def handoff(self) -> Handoff:
+        return self.pump.handoff
 
     @property
     def _drained(self) -> bool:
-        return self.ctx.feed_done and self.handoff.pending == 0 and not self._carry
+        return self.ctx.feed_done and self.pump.empty
 
     def _check_loaded(self) -> None:
         r = self.ctx.replay
@@ -575,69 +269,28 @@ class CtmonApp(App[AppResult]):
 
     # ---------------------------------------------------------- repainting
 
-    def _urgent(self) -> bool:
-        """Something a user waits to see changed: a compile, an alert, the exit."""
-        rev = self.full.rev
-        key = (rev["compile"], rev["log"], rev["meta"])
-        if key != self._urgent_key:
-            self._urgent_key = key
-            return True
-        return False
-
     def _schedule_refresh(self) -> None:
         if self.ctx.paused or self._refresh_timer is not None:
             return
-        # Two cadences: compiles, alerts and the exit show within refresh_min_s;
-        # the steady stream (steps, samples, output) at most every
-        # steady_refresh_s, which keeps an idle live screen cheap.
-        urgent = self._urgent() or self.ctx.replay is not None
-        gap = self.refresh_min_s if urgent else self.steady_refresh_s
-        delay = max(0.001, self._last_refresh + gap - monotonic())  # a 0 s timer divides by zero
-        self.handoff.hold = not urgent and not self._backlog
+        delay = self.pump.refresh_delay(always_urgent=self.ctx.replay is not None)
         self._refresh_timer = self.set_timer(delay, self._do_refresh, name="refresh")
 
     def _do_refresh(self) -> None:
         self._refresh_timer = None
-        if 0 < self.handoff.pending <= BACKLOG_EVENTS and not self._carry:
-            self._fold_waiting()  # what queued while the repaint was scheduled
-        if self.handoff.release():
+        folded, wake = self.pump.before_refresh()
+        if folded:
+            self._after_fold(schedule=False)  # this repaint shows them
+        if wake:
             self._wake()  # a backlog is left: fold it through the budgeted path
         if not self.ctx.paused:
             self.refresh_views()
 
-    def _fold_waiting(self) -> None:
-        apply, tl = self.full.apply, self.timeline
-        n = 0
-        while self.handoff.pending and (batch := self.handoff.take()) is not None:
-            if tl is not None:
-                tl.extend(batch)
-            for ev in batch:
-                apply(ev)
-            n += len(batch)
-        self.applied += n
-        if tl is not None and n:
-            tl.offer_checkpoint(self.applied, self.full)
-        if n:
-            r = self.ctx.replay
-            if r is not None and self.ctx.session is self.full:
-                r.total = r.position = self.applied
-            self._check_loaded()
-            if self._quit_on_exit and (self.full.exit is not None or self._drained):
-                self.finish("stopped")
-
     def refresh_views(self, force: bool = False) -> int:
-        now = self._last_refresh = monotonic()
+        backlog, lists_due = self.pump.refreshing(force)
         main = self.main
         if main is None or not main.is_mounted or self._closing or self._finished:
             return 0
-        # Catching up on a backlog (a late attach to a long session, a
-        # replay): the panels (header, steps, GPU, counters) repaint every
-        # cycle; the four long lists, which cost most to draw and would only
-        # scroll past, every LISTS_BACKLOG_S. Nothing is skipped for good.
-        backlog = self.ctx.catching_up = self._backlog
-        lists_due = force or not backlog or now - self._last_lists >= LISTS_BACKLOG_S
-        if lists_due:
-            self._last_lists = now
+        self.ctx.catching_up = backlog
         changed = 0
         with self.batch_update():
             for view in main.views():
@@ -733,99 +386,20 @@ class CtmonApp(App[AppResult]):
 
     # -------------------------------------------------------------- replay
 
-    def _replay_ok(self) -> bool:
-        return self.timeline is not None and self.ctx.replay is not None and len(self.timeline) > 0
-
     def replay_goto(self, position: int) -> None:
-        tl, r = self.timeline, self.ctx.replay
-        if tl is None or r is None:
-            return
-        position = max(0, min(position, len(tl)))
-        current = self.ctx.session
-        if position >= len(tl):
-            session = self.full
-        elif current is not self.full:
-            session = tl.build(position, current, r.position)
-        else:
-            session = tl.build(position)
-        r.position = position
-        r.total = len(tl)
-        if session is not current:
-            self.ctx.session = session
-            self.ctx.gen += 1
-            self.ctx.gpu_error = None
-        self.refresh_views()
+        self.replay_control.goto(position)
 
     def action_replay_step(self, direction: int) -> None:
-        if not self._replay_ok():
-            return
-        assert self.timeline is not None and self.ctx.replay is not None
-        self._stop_playing()
-        pos = self.ctx.replay.position
-        self.replay_goto(self.timeline.next_mark(pos) if direction > 0 else self.timeline.prev_mark(pos))
+        self.replay_control.step(direction)
 
     def action_replay_jump(self, direction: int) -> None:
-        if not self._replay_ok():
-            return
-        tl, r = self.timeline, self.ctx.replay
-        assert tl is not None and r is not None
-        self._stop_playing()
-        start = tl.start_time() or 0.0
-        end = tl.time_at(len(tl)) or start
-        now = tl.time_at(r.position) or start
-        target = now + direction * 0.1 * max(end - start, 1e-6)
-        pos = tl.position_at_time(target)
-        if direction < 0 and pos >= r.position:
-            pos = max(0, r.position - 1)
-        self.replay_goto(pos)
+        self.replay_control.jump(direction)
 
     def action_replay_play(self) -> None:
-        if not self._replay_ok():
-            return
-        tl, r = self.timeline, self.ctx.replay
-        assert tl is not None and r is not None
-        if r.playing:
-            self._stop_playing()
-            self.refresh_views()
-            return
-        start = tl.start_time() or 0.0
-        end = tl.time_at(len(tl)) or start
-        if r.at_end:
-            self.replay_goto(0)
-        self._play_t = tl.time_at(r.position) or start
-        if r.speed == 1.0:
-            r.speed = _nice_speed((end - start) / 30.0)
-        r.playing = True
-        self._play_timer = self.set_interval(PLAY_TICK_S, self._play_tick, name="play")
-        self.refresh_views()
+        self.replay_control.play()
 
     def action_replay_speed(self, factor: float) -> None:
-        r = self.ctx.replay
-        if r is None:
-            return
-        r.speed = min(10000.0, max(0.25, r.speed * factor))
-        self.refresh_views()
-
-    def _play_tick(self) -> None:
-        tl, r = self.timeline, self.ctx.replay
-        if tl is None or r is None or not r.playing:
-            return
-        self._play_t += PLAY_TICK_S * r.speed
-        pos = tl.position_at_time(self._play_t)
-        if pos >= len(tl):
-            self._stop_playing()
-            self.replay_goto(len(tl))
-        elif pos != r.position:
-            self.replay_goto(pos)
-
-    def _stop_playing(self) -> None:
-        r = self.ctx.replay
-        if r is not None:
-            r.playing = False
-        if self._play_timer is not None:
-            self._play_timer.stop()
-            self._play_timer = None
-
+        self.replay_control.speed(factor)
 
 GC_THRESHOLDS = (20_000, 100, 100)
 
@@ -837,12 +411,3 @@ def tune_gc() -> None:
     collections keep the screen smooth."""
     if gc.get_threshold()[0] < GC_THRESHOLDS[0]:
         gc.set_threshold(*GC_THRESHOLDS)
-
-
-def _nice_speed(x: float) -> float:
-    if x <= 1:
-        return 1.0
-    for base in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
-        if base >= x:
-            return float(base)
-    return 10000.0

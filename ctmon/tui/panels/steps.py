@@ -1,0 +1,108 @@
+"""The step-time chart: one bar per step, compile-paying steps marked ``!``."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+from rich.text import Text
+
+from ctmon.store import Session
+from ctmon.tui import fmt
+from ctmon.tui.context import put_title
+from ctmon.tui.panels.base import Panel
+
+STATS_WINDOW = 1000
+
+
+class StepsPanel(Panel):
+    SECTIONS = ("steps", "compile")
+
+    _stats: tuple[Any, Any] = (None, None)
+
+    def stats(self) -> Any:
+        """The window's statistics, computed once per change of the steps."""
+        series = self.ctx.session.steps.current
+        key = (id(series), len(series) if series is not None else 0,
+               series.device_windows if series is not None else 0)
+        if self._stats[0] != key:
+            self._stats = (key, series.stats(window=STATS_WINDOW) if series is not None else None)
+        return self._stats[1]
+
+    def set_title(self) -> None:
+        s = self.ctx.session
+        series = s.steps.current
+        if series is None or not len(series):
+            put_title(self, "Steps")
+            return
+        st = self.stats()
+        rate = f" · {st.steps_per_s:.1f}/s" if st.steps_per_s else ""
+        put_title(self, f"Steps · {fmt.count(len(series))} ({series.source}){rate}")
+
+    def render_text(self) -> Text:
+        s = self.ctx.session
+        w, h = self.content_width, self.content_height
+        series = s.steps.current
+        if series is None or len(series) < 2:
+            msg = "waiting for steps" if series is None else "1 step so far"
+            return Text.assemble((msg, "dim italic"), ("\n(optimizer.step(), a compiled model's calls, or ctmon.step())", "dim"))
+        n = len(series)
+        label_w = 9 if w >= 40 else 0
+        chart_w = max(1, w - label_w)
+        start = max(1, n - chart_w)
+        ks = range(start, n)
+        vals = [series.interval_ms(k) for k in ks]
+        marked = series.compile_marked(_recent_spans(s, series.times[start - 1]))
+        plain = [v for k, v in zip(ks, vals, strict=False) if v == v and k not in marked]
+        pool = plain or [v for v in vals if v == v] or [1.0]
+        top, low = max(pool), min(pool)
+        # start the axis a little below the fastest step, so variation shows;
+        # the axis labels say where it starts
+        floor = max(0.0, low - 0.25 * (top - low)) if top > low else 0.0
+        chart_h = max(1, h - 2)
+        rows = fmt.bar_rows([v - floor if v == v else v for v in vals], chart_h, max(top - floor, 1e-9))
+        out = Text()
+        for r, row in enumerate(rows):
+            line = Text()
+            run_start, run_marked = 0, None
+            for i, k in enumerate(ks):  # one span per run of same-coloured bars
+                m = k in marked
+                if m != run_marked and i:
+                    line.append(row[run_start:i], "magenta" if run_marked else "green")
+                    run_start = i
+                run_marked = m
+            line.append(row[run_start:], "magenta" if run_marked else "green")
+            if label_w:
+                label = fmt.ms(top) if r == 0 else (fmt.ms(floor) if r == chart_h - 1 else "")
+                line.append(" " * (chart_w - len(row)))
+                line.append(f" {label:>{label_w - 1}}", "dim")
+            out.append_text(line)
+            out.append("\n")
+        marks = "".join("!" if k in marked else ("^" if v == v and v > top * 1.0001 else " ") for k, v in zip(ks, vals, strict=False))
+        out.append(marks.rstrip() or " ", style="bold magenta")
+        out.append("\n")
+        st = self.stats()
+        full = f"last {fmt.ms(st.last_ms)}  p50 {fmt.ms(st.p50_ms)}  p90 {fmt.ms(st.p90_ms)}  max {fmt.ms(st.max_ms)}"
+        if len(full) > w:
+            full = f"last {fmt.num_ms(st.last_ms)} p50 {fmt.num_ms(st.p50_ms)} p90 {fmt.num_ms(st.p90_ms)} max {fmt.num_ms(st.max_ms)} ms"
+        stats = Text(full)
+        stats.highlight_regex(r"\b(last|p50|p90|max)\b", "dim")
+        legend = "   ! = paid a compile"
+        if marked and len(full) + len(legend) <= w:
+            stats.append(legend, style="dim")
+        out.append_text(stats)
+        return out
+
+
+def _recent_spans(s: Session, since: float) -> list[tuple[float, float]]:
+    """Spans of the compiles that may overlap steps after ``since``.
+
+    Compiles are kept in completion order and a compile ends when it
+    completes, so a binary search finds the first one that can matter."""
+    compiles = s.compile.compiles
+    i = bisect_left(compiles, since - 1.0, key=_completed)
+    return [c.span for c in compiles[i:]]
+
+
+def _completed(c: Any) -> float:
+    return c.t
