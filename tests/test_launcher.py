@@ -119,7 +119,7 @@ def test_a_session_socket_appears_only_once_it_listens(tmp_path, monkeypatch) ->
     refused: seen once in CI as "monitor is unreachable")."""
     import socket
 
-    from ctmon.launch.supervisor import Supervisor
+    from ctmon.launch.sockets import listen_unix
 
     path = os.path.join(str(tmp_path), "viewer.sock")
     seen_at_listen: list[bool] = []
@@ -130,7 +130,7 @@ def test_a_session_socket_appears_only_once_it_listens(tmp_path, monkeypatch) ->
         return real_listen(self, *a)
 
     monkeypatch.setattr(socket.socket, "listen", listen)
-    s = Supervisor._listen(None, path)  # type: ignore[arg-type]
+    s = listen_unix(path)
     try:
         assert seen_at_listen == [False]
         assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)

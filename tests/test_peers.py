@@ -206,7 +206,7 @@ def test_held_connections_do_not_lock_out_a_viewer(tmp_path, rt) -> None:  # typ
 
 def test_listen_on_every_interface_is_announced(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """`--listen 0:P` means every IPv4 interface (as 0.0.0.0) and says so, with a warning."""
-    from ctmon.launch.supervisor import is_local_only, parse_listen
+    from ctmon.launch.sockets import is_local_only, parse_listen
 
     assert parse_listen("0:7777") == ("0.0.0.0", 7777)
     assert parse_listen("7777") == ("127.0.0.1", 7777) and parse_listen("[::]:1") == ("::", 1)
@@ -366,20 +366,20 @@ def test_stop_grace_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 def test_stop_grace_from_a_viewer_is_bounded() -> None:
     """Whatever `grace` a viewer sends, the supervisor takes a sane one and never raises."""
-    from ctmon.launch.supervisor import MAX_STOP_GRACE_S, Supervisor
+    from ctmon.launch.job import MAX_STOP_GRACE_S, Job
 
     class Running:
         returncode = None
 
-    sup = Supervisor.__new__(Supervisor)
+    job = Job.__new__(Job)
     sent: list[int] = []
-    sup.proc = Running()  # type: ignore[assignment]
-    sup._signal_job = lambda sig, group: sent.append(sig)  # type: ignore[method-assign]
-    sup._emit = lambda ev: None  # type: ignore[method-assign]
+    job.proc = Running()  # type: ignore[assignment]
+    job.signal_job = lambda sig, group: sent.append(sig)  # type: ignore[method-assign]
+    job.emit = lambda ev: None
     for grace, want in ((5, 5.0), (0, None), (10**400, MAX_STOP_GRACE_S), (1e308, MAX_STOP_GRACE_S),
                         (-1, 30.0), (float("nan"), 30.0), (True, 30.0), ("5", 30.0), (None, 30.0), ([1], 30.0)):
         t0 = time.monotonic()
-        sup._stop_job(grace)
-        got = None if sup._kill_at is None else round(sup._kill_at - t0)
+        job.stop(grace)
+        got = None if job._kill_at is None else round(job._kill_at - t0)
         assert got == (None if want is None else round(want)), (grace, got)
     assert sent == [signal.SIGTERM] * 10

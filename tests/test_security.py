@@ -229,7 +229,7 @@ def test_other_users_cannot_reach_a_session(tmp_path, rt) -> None:  # type: igno
 
 def test_peer_credentials_fail_closed() -> None:
     """A peer whose credentials cannot be read is refused, not trusted."""
-    from ctmon.launch.supervisor import _same_user
+    from ctmon.launch.sockets import same_user as _same_user
 
     a, b = socket.socketpair()
     try:

@@ -9,8 +9,10 @@ import sys
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
+from ctmon.launch.job import exit_like
+from ctmon.launch.sockets import parse_listen
 from ctmon.launch.spec import UsageError, check_not_target, check_writable
-from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions, exit_like, parse_listen
+from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
 from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines

@@ -136,7 +136,7 @@ def _watch(info: dict[str, object]) -> int:
 
 def _watch_tcp(addr: str, token_file: str | None) -> int:
     from ctmon.feeds import AuthError, FeedError, SocketFeed
-    from ctmon.launch.supervisor import parse_listen
+    from ctmon.launch.sockets import parse_listen
 
     try:
         host, port = parse_listen(addr)

@@ -1,0 +1,177 @@
+"""The supervisor's intake: what the job's agents send.
+
+Every process of the job that runs the agent connects to ``agent.sock`` (the
+job itself, a program it exec'd into, a child that imported ctmon): each
+connection is an ``Agent`` that knows its pid from the moment it is accepted
+(``SO_PEERCRED``). Its lines are validated and passed on as they came.
+Step boundaries travel through shared-memory rings instead (ctmon/ring.py):
+a ``process`` event names the ring, and the rings are drained on a clock.
+
+Nothing an agent sends may take the supervisor down: a bad line is skipped
+with a note, a ring that cannot be read is dropped with a note.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from ctmon import protocol
+from ctmon.launch import execwatch
+from ctmon.launch.sockets import same_user
+from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
+
+Emit = Callable[[protocol.Event], None]
+# Kinds only the supervisor writes: an agent sending one is ignored.
+SUPERVISOR_KINDS = (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE, protocol.STEPS)
+
+
+class Agent:
+    """One agent connection: one process of the job."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.splitter = protocol.LineSplitter()
+        self.pid: int | None = execwatch.peer_pid(sock)  # who connected (None: the platform cannot say)
+
+
+class Ring:
+    def __init__(self, path: str, ring: StepRing) -> None:
+        self.path = path
+        self.reader = RingReader(ring)
+        self.decoder = StepDecoder()
+        # A program the job exec'd into starts a new ring counting from 0:
+        # its steps of the same source continue the previous ring's indices.
+        self.follows_src: str | None = None
+        self.offset = 0
+
+    def next_index(self) -> tuple[str, int]:
+        src = self.decoder.src
+        return src, self.decoder.next_idx + (self.offset if src == self.follows_src else 0)
+
+
+class Intake:
+    def __init__(self, session_dir: str, emit: Emit, write_line: Callable[[bytes, protocol.Event], None],
+                 peer_note: Callable[[str], None]) -> None:
+        self.session_dir = session_dir
+        self.emit = emit  # an event we made (notes, steps, drops)
+        self.write_line = write_line  # an agent's line, recorded as it came
+        self.peer_note = peer_note
+        self.agents: list[Agent] = []
+        self.rings: list[Ring] = []
+        self.steps_lost = 0
+
+    def accept(self, listener: socket.socket) -> Agent | None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return None
+        if not same_user(conn):
+            conn.close()
+            return None
+        conn.setblocking(False)
+        a = Agent(conn)
+        self.agents.append(a)
+        return a
+
+    def pids(self) -> list[int | None]:
+        return [a.pid for a in self.agents]
+
+    def forget(self, a: Agent) -> None:
+        if a in self.agents:
+            self.agents.remove(a)
+
+    def read(self, a: Agent) -> bool:
+        """Take what the agent sent; False once it has closed (drop it)."""
+        try:
+            data = a.sock.recv(1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        # Device-time windows name step indices: make sure those steps are in
+        # the recording first (they travel through the ring, not the socket).
+        self.drain_rings()
+        oversized = a.splitter.oversized
+        for line in a.splitter.feed(data):
+            try:
+                self._line(line)
+            except Exception as e:  # one bad event is skipped; the agent's next ones still count
+                self.peer_note(f"skipped an event from the job's agent ({type(e).__name__}: {e})")
+        if a.splitter.oversized > oversized:
+            self.peer_note(f"skipped {a.splitter.oversized - oversized} line(s) from the job's agent "
+                           f"longer than {protocol.MAX_LINE_BYTES} bytes")
+        return True
+
+    def _line(self, line: bytes) -> None:
+        ev = protocol.decode(line)
+        if ev is None or ev["kind"] in SUPERVISOR_KINDS:
+            return  # only the supervisor writes these
+        if ev["kind"] == protocol.PROCESS:
+            ring = ev.get("step_ring")
+            if ring is not None and not isinstance(ring, str):
+                raise TypeError("step_ring is not a string")
+            if ring:
+                self._open_ring(ring)
+        self.write_line(line + b"\n", ev)
+
+    # ------------------------------------------------------------ step rings
+
+    def _open_ring(self, path: str) -> None:
+        # Only rings inside our own private session directory.
+        if "\0" in path or len(path) > 4096:
+            raise ValueError("step_ring is not a usable path")
+        real = os.path.realpath(path)
+        if os.path.dirname(real) != os.path.realpath(self.session_dir) or any(r.path == real for r in self.rings):
+            return
+        try:
+            ring = Ring(real, StepRing.open(real))
+            if self.rings:  # only the job writes steps: a second ring is its exec'd successor
+                self.drain_rings()
+                ring.follows_src, ring.offset = self.rings[-1].next_index()
+            self.rings.append(ring)
+        except (OSError, RingError) as e:
+            self.emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
+                       "message": f"cannot read step boundaries: {e}"})
+
+    def drain_rings(self) -> None:
+        for r in list(self.rings):
+            try:
+                self._drain(r)
+            except Exception as e:  # a ring the job scribbled over: stop reading it, keep the rest
+                self.rings.remove(r)
+                r.reader.ring.close()
+                self.peer_note(f"stopped reading step boundaries from {os.path.basename(r.path)} "
+                               f"({type(e).__name__}: {e})")
+
+    def _drain(self, r: Ring) -> None:
+        values, lost = r.reader.read()
+        if not values and not lost:
+            return
+        now_wall, now_ns = time.time(), time.perf_counter_ns()
+        for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
+            if r.offset and ev.get("src") == r.follows_src:
+                ev["i0"] += r.offset
+            self.emit(ev)
+        if lost:
+            # a lost switch slot is not a lost step
+            src = r.reader.source()
+            start = r.reader.start
+            if src is not None and start - lost <= src[1] < start:
+                lost -= 1
+            self.steps_lost += lost
+            self.emit({"kind": protocol.DROPS, "t": now_wall, "steps": self.steps_lost})
+
+    def close(self) -> None:
+        """The rings' files go with the session."""
+        for r in self.rings:
+            r.reader.ring.close()
+            try:
+                os.unlink(r.path)
+            except OSError:
+                pass
+

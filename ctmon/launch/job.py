@@ -1,0 +1,391 @@
+"""The supervisor's job: the process it runs, and everything between them.
+
+* the job's stdout/stderr come through ptys (when a terminal is expected) or
+  pipes; chunks become ``output`` events, are copied raw to the output log,
+  and in ``record`` mode are passed through to ctmon's own stdout/stderr;
+* signals ctmon receives are passed on; a viewer's controls become signals,
+  a ``stop`` with its SIGKILL after a grace, or a line on the job's stdin;
+* after the job's exit, streams a child of the job still holds are handed
+  to a relay process (ctmon/launch/relay.py);
+* a job that exec'd into a program without an agent gets a note
+  (ctmon/launch/execwatch.py).
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import fcntl
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ctmon import protocol
+from ctmon.launch import execwatch, relay, stdfds
+from ctmon.launch.recorder import Recorder
+from ctmon.launch.spec import JobSpec, job_python_path
+from ctmon.store import ExitInfo
+
+READ_SIZE = 16 * 1024
+MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
+MAX_STOP_GRACE_S = 7 * 24 * 3600.0
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
+
+Emit = Callable[[protocol.Event], None]
+
+
+class Stream:
+    def __init__(self, name: str, fd: int, passthrough_fd: int | None) -> None:
+        self.name = name
+        self.fd = fd
+        self.passthrough_fd = passthrough_fd
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.open = True
+
+
+def _note(message: str, level: str = "info") -> protocol.Event:
+    return {"kind": protocol.NOTE, "t": time.time(), "level": level, "source": "ctmon", "message": message}
+
+
+class Job:
+    def __init__(self, spec: JobSpec, mode: str, pty_size: tuple[int, int], sel: selectors.BaseSelector,
+                 recorder: Recorder, emit: Emit) -> None:
+        self.spec = spec
+        self.mode = mode  # "record": output passes through; "attach": detached, output to viewers
+        self.pty_size = pty_size
+        self.sel = sel
+        self.recorder = recorder
+        self.emit = emit
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.streams: list[Stream] = []
+        self.pidfd = -1
+        self.last_output = 0.0
+        self.exec_watch: execwatch.ExecWatch | None = None
+        self._kill_at: float | None = None  # a `stop` control's SIGKILL, if the job outlives its grace
+        self._pending_signals: list[int] = []
+
+    # ----------------------------------------------------------------- spawn
+
+    def _make_stream(self, name: str, our_fd: int) -> tuple[int, Stream] | None:
+        """A pty when the job should see a terminal, else a pipe; None when
+        ctmon itself was started with that fd closed (the job gets it closed)."""
+        attach = self.mode == "attach"
+        if not attach and our_fd in stdfds.closed():
+            return None
+        passthrough = None if attach else our_fd
+        use_pty = attach or _isatty(our_fd)
+        if use_pty:
+            master, slave = os.openpty()
+            _raw_output(slave)
+            rows, cols = self.pty_size if attach else _term_size(our_fd, self.pty_size)
+            _set_winsize(master, rows, cols)
+            child_end, ours = slave, master
+        else:
+            ours, child_end = os.pipe()
+        os.set_blocking(ours, False)
+        return child_end, Stream(name, ours, passthrough)
+
+    def spawn(self, env_extra: dict[str, str]) -> None:
+        made = [self._make_stream("stdout", 1), self._make_stream("stderr", 2)]
+        self.streams = [m[1] for m in made if m is not None]
+        child_ends = [m[0] if m is not None else None for m in made]
+        env = dict(os.environ)
+        env.update(env_extra)
+        env.pop("CTMON_AGENT_PID", None)  # the job claims it (see ctmon/agent/site)
+        env["PYTHONPATH"] = job_python_path(env.get("PYTHONPATH"))
+        attach = self.mode == "attach"
+        # attach: the job's stdin is its terminal (the pty its output goes
+        # to), as in a terminal; the viewer types into it (stdin()).
+        # record: ctmon's own stdin, unchanged.
+        stdin: Any = (child_ends[0] if child_ends[0] is not None else subprocess.DEVNULL) if attach else None
+        # std fds the user closed for ctmon are closed for the job as well
+        # (they hold /dev/null here only so that no socket lands on them)
+        closed = not attach and bool(stdfds.closed())
+        try:
+            self.proc = subprocess.Popen(
+                self.spec.argv(),
+                cwd=self.spec.cwd,
+                env=env,
+                stdin=stdin,
+                stdout=child_ends[0],
+                stderr=child_ends[1],
+                close_fds=True,
+                start_new_session=attach,
+                preexec_fn=stdfds.close_in_child if closed else None,
+            )
+        finally:
+            for fd in child_ends:
+                if fd is not None:
+                    os.close(fd)
+        for st in self.streams:
+            self.sel.register(st.fd, selectors.EVENT_READ, ("stream", st))
+        self.exec_watch = execwatch.ExecWatch(self.proc.pid)
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ, ("pidfd", None))
+        except (AttributeError, OSError):
+            self.pidfd = -1
+
+    def exited(self) -> bool:
+        """True once the job has exited (its pidfd is closed then)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            return False
+        if self.pidfd >= 0:
+            self.sel.unregister(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = -1
+        return True
+
+    def streams_open(self) -> bool:
+        return any(s.open for s in self.streams)
+
+    def exit_event(self) -> protocol.Event | None:
+        p = self.proc
+        if p is None:
+            return None
+        rc = p.wait()
+        code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
+        return {"kind": protocol.EXIT, "t": time.time(), "code": code, "signal": sig}
+
+    # --------------------------------------------------------------- streams
+
+    def _close_stream(self, st: Stream) -> None:
+        st.open = False
+        self.sel.unregister(st.fd)
+        os.close(st.fd)
+
+    def read_stream(self, st: Stream) -> None:
+        try:
+            data = os.read(st.fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            if e.errno != errno.EIO:  # EIO: pty closed by the child
+                pass
+            data = b""
+        if not data:
+            text = st.decoder.decode(b"", final=True)
+            if text:
+                self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+            self._close_stream(st)
+            return
+        if st.passthrough_fd is not None:
+            try:
+                _write_all(st.passthrough_fd, data)
+            except BrokenPipeError:
+                self._reader_gone(st, data)
+                return
+            except OSError:
+                st.passthrough_fd = None  # our terminal went away; keep recording
+        self.recorder.log_output(data)
+        self.last_output = time.monotonic()
+        text = st.decoder.decode(data)
+        if text:
+            self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+
+    def _reader_gone(self, st: Stream, data: bytes) -> None:
+        """Whoever read our output is gone (``ctmon record job.py | head -1``).
+
+        Without ctmon the job's own next write would fail (SIGPIPE, or
+        BrokenPipeError under python): closing our end of its pipe makes
+        that write fail the same way. What it had written still counts."""
+        self.recorder.log_output(data)
+        text = st.decoder.decode(data, final=True)
+        if text:
+            self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+        self.emit(_note(f"the reader of ctmon's {st.name} went away (broken pipe); "
+                        f"the job's {st.name} was closed, as it would have been without ctmon"))
+        self._close_stream(st)
+
+    def stdin(self, data: object) -> None:
+        """A line a viewer typed for the job (attach: its stdin is the pty)."""
+        st = self.streams[0] if self.streams and self.mode == "attach" else None
+        if not isinstance(data, str) or not data or st is None or not st.open:
+            return
+        raw = data.encode("utf-8", "replace")[:MAX_STDIN_BYTES]
+        try:
+            os.write(st.fd, raw)  # the pty echoes it into the output, as a terminal would
+        except OSError as e:
+            msg = f"could not pass input to the job: {e.strerror or e}"
+        else:
+            msg = f"passed {len(raw)} bytes of input to the job's stdin"
+        self.emit(_note(msg))
+
+    def hand_off_streams(self) -> None:
+        """Leave the streams a child of the job still holds to a relay process."""
+        left = [st for st in self.streams if st.open]
+        if not left:
+            return
+        outlog_fd = self.recorder.outlog_fd()
+        pairs = [(st.fd, st.passthrough_fd) for st in left]
+        started = relay.start(pairs, outlog_fd)
+        names = " and ".join(st.name for st in left)
+        where = "ctmon's own output" if self.mode == "record" else "the output log"
+        msg = (f"a process the job started still holds its {names}; what it writes after the job's exit goes to "
+               f"{where}, not into this recording" if started else
+               f"a process the job started still holds its {names}; its later output is lost (no relay)")
+        self.emit(_note(msg))
+        for st in left:
+            self._close_stream(st)
+
+    # ------------------------------------------------------------- exec watch
+
+    def agent_closed(self, pid: int | None) -> None:
+        if self.exec_watch is not None:
+            self.exec_watch.agent_closed(pid)
+
+    def check_exec(self, agent_pids: list[int | None], alive: bool) -> None:
+        """A note when the job exec'd into a program that has no agent."""
+        if self.exec_watch is None:
+            return
+        pids = agent_pids if self.exec_watch.closed_at is not None else []
+        msg = self.exec_watch.check(pids, alive)
+        if msg:
+            self.emit(_note(msg, "warning"))
+
+    # --------------------------------------------------------------- signals
+
+    def install_signals(self, wake_fd: int) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if self.mode == "record":
+            # Ctrl-C reaches the job directly (same process group); the job
+            # decides whether to stop, as it would without ctmon.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGINT, self._on_signal)  # detached: pass it on
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        if self.mode == "record":
+            signal.signal(signal.SIGWINCH, self._on_signal)
+        signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._pending_signals.append(signum)
+
+    def handle_signals(self) -> None:
+        while self._pending_signals:
+            sig = self._pending_signals.pop(0)
+            if sig == signal.SIGWINCH:
+                for st in self.streams:
+                    if st.open and st.passthrough_fd is not None and _isatty(st.passthrough_fd):
+                        rows, cols = _term_size(st.passthrough_fd, self.pty_size)
+                        _set_winsize(st.fd, rows, cols)
+            else:
+                self.signal_job(sig, group=False)
+
+    def signal_job(self, sig: int, group: bool) -> None:
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        try:
+            if group and self.mode == "attach":
+                os.killpg(p.pid, sig)  # like Ctrl-C in a terminal: the whole job
+            else:
+                os.kill(p.pid, sig)
+        except OSError:
+            pass
+        self.emit(_note(f"sent {signal.Signals(sig).name} to the job"))
+
+    def control_signal(self, action: str) -> None:
+        """A viewer's interrupt / terminate / kill (anything else is ignored)."""
+        sig = CONTROL_SIGNALS.get(action)
+        if sig is not None:
+            self.signal_job(sig, group=True)
+
+    def stop(self, grace: object) -> None:
+        """``stop``: SIGTERM now, SIGKILL after the grace if the job still runs
+        (0: never). Here rather than in the viewer, so the escalation happens
+        even when the viewer quits or its connection drops meanwhile."""
+        g = protocol.DEFAULT_STOP_GRACE_S
+        if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace == grace and grace >= 0:
+            g = MAX_STOP_GRACE_S if grace > MAX_STOP_GRACE_S else float(grace)  # 10**400 is an int: no float()
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        self.signal_job(signal.SIGTERM, group=True)
+        self._kill_at = time.monotonic() + g if g > 0 else None
+        when = f"SIGKILL in {g:g} s if it still runs" if g > 0 else "no SIGKILL will follow"
+        self.emit(_note(f"stop asked by a viewer: {when}"))
+
+    def escalate_stop(self) -> None:
+        if self._kill_at is not None and time.monotonic() >= self._kill_at:
+            self._kill_at = None
+            self.signal_job(signal.SIGKILL, group=True)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _term_size(fd: int, default: tuple[int, int]) -> tuple[int, int]:
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+        if rows and cols:
+            return rows, cols
+    except OSError:
+        pass
+    return default
+
+
+def _set_winsize(fd: int, rows: int, cols: int) -> None:
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    except OSError:
+        pass
+
+
+def _raw_output(fd: int) -> None:
+    """No output post-processing on the pty: bytes pass through unchanged."""
+    try:
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.OPOST
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except termios.error:
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        view = view[n:]
+
+
+def exit_like(info: ExitInfo) -> int:
+    """Leave ctmon the way the job left: same exit code, or same signal."""
+    if info.code is not None:
+        return info.code
+    if info.signal:
+        sig = getattr(signal, info.signal, None)
+        if sig is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+            os.kill(os.getpid(), sig)
+            time.sleep(0.5)
+    return info.status
