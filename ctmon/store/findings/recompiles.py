@@ -49,7 +49,10 @@ _recompiles = C.recompiles
 
 
 def _limit(s: Session, frame: Frame) -> int | None:
-    return frame.recompile_limit or s.compile.recompile_limit
+    limit = frame.recompile_limit or s.compile.recompile_limit
+    # A recorded limit is an int of any size; past 2**31 it means "no limit"
+    # and must not overflow the float arithmetic below.
+    return min(limit, 1 << 31) if limit else limit
 
 
 def _values(pairs: Group) -> list[str]:
