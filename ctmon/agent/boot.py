@@ -50,8 +50,6 @@ def start() -> None:
             os.close(fd)
 
 
-
-
 def _fill_free_std_fds() -> list[int]:
     """A job started with fd 0, 1 or 2 closed must find it closed: while the
     agent opens its socket and step ring (mmap keeps a dup of its fd), those
