@@ -286,6 +286,25 @@ async def test_detail_screen_scrolls() -> None:
 # -------------------------------------------------------- help and filter
 
 
+def test_help_lists_the_input_key_where_a_job_runs() -> None:
+    from textual.app import App
+
+    class _Host(App[None]):
+        pass
+
+    async def run(replay: bool) -> str:
+        app = _Host()
+        async with app.run_test(size=SMALL) as pilot:
+            await app.push_screen(HelpScreen(replay=replay))
+            await pilot.pause()
+            return screen_text(app)
+
+    import asyncio
+
+    assert "stdin" in asyncio.run(run(False))
+    assert "stdin" not in asyncio.run(run(True))
+
+
 @run_async
 async def test_help_key() -> None:
     app = replay_app("healthy")
@@ -295,6 +314,7 @@ async def test_help_key() -> None:
         assert isinstance(app.screen, HelpScreen)
         text = screen_text(app)
         assert "Ctrl-C" in text and "Tab / Shift-Tab" in text
+        assert "stdin" not in text  # a replay has no job to type into
         await pilot.press("question_mark")
         assert app.screen is app.main
         await pilot.press("question_mark", "escape")

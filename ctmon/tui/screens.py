@@ -28,6 +28,10 @@ KEYS: list[tuple[str, str]] = [
     ("a", "all findings: what is wrong, where, the evidence and the fix"),
     ("space", "pause the view (data keeps being collected)"),
 ]
+# Only where a job runs (attach, watch): a replay has no stdin to type into.
+JOB_KEYS: list[tuple[str, str]] = [
+    ("i", "type a line into the job's stdin (under attach the job reads its terminal)"),
+]
 REPLAY_KEYS: list[tuple[str, str]] = [
     ("[ / ]", "step to the previous / next compile, graph break or exit"),
     ("{ / }", "jump back / forward 10% of the run"),
@@ -70,6 +74,8 @@ class HelpScreen(ModalScreen[None]):
         text = Text()
         text.append("ctmon — keys\n", "bold")
         text.append_text(_table(KEYS))
+        if not self.replay:
+            text.append_text(_table(JOB_KEYS))
         if self.replay:
             text.append("\nReplay\n", "bold")
             text.append_text(_table(REPLAY_KEYS))
