@@ -141,8 +141,10 @@ class CtmonApp(App[AppResult]):
         if not self.is_headless:
             try:
                 loop = asyncio.get_running_loop()
-                for sig in (signal.SIGTERM, signal.SIGHUP):
-                    loop.add_signal_handler(sig, self.finish, "detached")
+                # SIGTERM: an orderly exit. SIGHUP stays with run_app's handler
+                # (leave at once): its terminal is gone, and an orderly
+                # shutdown writing to a dead tty was seen to hang under load.
+                loop.add_signal_handler(signal.SIGTERM, self.finish, "detached")
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
 
