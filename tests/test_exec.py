@@ -78,3 +78,19 @@ def test_events_queued_at_the_exec_are_sent_first(tmp_path):
     run = record(tmp_path, [str(tmp_path / "job.py")], torch_trace=False, timeout=120)
     assert run.returncode == 0, run.proc.stderr
     assert [e["message"] for e in run.events() if e["kind"] == "note" and e.get("source") == "job"] == ["queued"]
+
+
+def test_a_job_that_exits_is_not_taken_for_an_exec(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The command line read right after the fork can still be ctmon's own;
+    the one the agent runs under is what an exec would change."""
+    from ctmon.launch import execwatch
+
+    now = {"cmdline": b"python\0-m\0ctmon\0attach\0job.py"}  # the child before it exec'd python
+    monkeypatch.setattr(execwatch, "cmdline", lambda pid: now["cmdline"])
+    watch = execwatch.ExecWatch(123)
+    now["cmdline"] = b"python\0job.py"
+    assert watch.check([123], alive=True) is None  # the job's agent connected
+    watch.agent_closed(123)  # the job is exiting
+    assert watch.check([], alive=True) is None
+    now["cmdline"] = b""  # a zombie
+    assert watch.check([], alive=False) is None

@@ -42,7 +42,12 @@ def cmdline(pid: int) -> bytes | None:
 class ExecWatch:
     def __init__(self, job_pid: int) -> None:
         self.job_pid = job_pid
-        self.known = cmdline(job_pid)  # the command line its last agent ran under
+        # The command line its last agent ran under. Read once more when the
+        # first agent connects: read here, right after the fork, it may still
+        # be ctmon's own (the child had not exec'd python yet), and a job that
+        # simply exits would then look like one that exec'd away.
+        self.known = cmdline(job_pid)
+        self.confirmed = False
         self.closed_at: float | None = None
         self.changed = False
         self.known_now = b""
@@ -55,6 +60,9 @@ class ExecWatch:
     def check(self, agent_pids: list[int | None], alive: bool) -> str | None:
         """Called on every loop pass; returns a note's message once, when due."""
         if self.closed_at is None:
+            if not self.confirmed and self.job_pid in agent_pids:
+                self.confirmed = True
+                self.known = cmdline(self.job_pid)
             return None
         if self.job_pid in agent_pids:  # a Python program: followed again
             self.closed_at = None

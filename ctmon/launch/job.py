@@ -248,8 +248,7 @@ class Job:
         """A note when the job exec'd into a program that has no agent."""
         if self.exec_watch is None:
             return
-        pids = agent_pids if self.exec_watch.closed_at is not None else []
-        msg = self.exec_watch.check(pids, alive)
+        msg = self.exec_watch.check(agent_pids, alive)
         if msg:
             self.emit(_note(msg, "warning"))
 
