@@ -177,3 +177,15 @@ def marker_lines(path: str) -> dict[str, int]:
             if m:
                 out[m.group(1)] = i
     return out
+
+
+def one_line_containing(out: subprocess.CompletedProcess[str], *parts: str, code: int = 2) -> str:
+    """Exit ``code``, exactly one ``ctmon: ...`` line on stderr holding every
+    part, no traceback; returns that line."""
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ctmon: "), out.stderr
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+    assert out.returncode == code, (out.returncode, out.stderr)
+    return lines[0]

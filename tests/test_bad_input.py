@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 import pytest
-from helpers import ROOT, WORKLOADS, ctmon, env_with
+from helpers import ROOT, WORKLOADS, ctmon, env_with, one_line_containing
 
 PY = sys.executable
 JOB = os.path.join(WORKLOADS, "faults_job.py")
@@ -29,15 +29,6 @@ def one_line_error(out: subprocess.CompletedProcess[str], message: str, code: in
     """Exit ``code``, exactly one line on stderr: ``message``; no traceback."""
     assert "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().splitlines() == [message], out.stderr
-    assert out.returncode == code, (out.returncode, out.stderr)
-
-
-def one_line_containing(out: subprocess.CompletedProcess[str], *parts: str, code: int = 2) -> None:
-    assert "Traceback" not in out.stderr, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ctmon: "), out.stderr
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
     assert out.returncode == code, (out.returncode, out.stderr)
 
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 import pytest
-from helpers import ROOT, WORKLOADS, env_with
+from helpers import ROOT, WORKLOADS, env_with, one_line_containing
 
 from ctmon.launch import files, runtime
 
@@ -26,16 +26,6 @@ EARLIER = '{"kind":"session","t":1.0,"v":1}\n'
 def ctmon(*args: str, env: dict[str, str] | None = None, cwd: str = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "ctmon", *args], env=env or env_with(), cwd=cwd, capture_output=True,
                           text=True, timeout=120)
-
-
-def only_line(out: subprocess.CompletedProcess[str], *parts: str, code: int = 2) -> str:
-    assert "Traceback" not in out.stderr, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ctmon: "), out.stderr
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    assert out.returncode == code, (out.returncode, out.stderr)
-    return lines[0]
 
 
 def marker_script(d: str) -> tuple[str, str]:
@@ -82,7 +72,7 @@ def test_explicit_runtime_dir_too_long_is_one_line_and_harms_nothing(tmp_path, l
     rec = tmp_path / "r.jsonl"
     rec.write_text(EARLIER)
     out = ctmon("record", "-o", str(rec), script, env=env_with(CTMON_RUNTIME_DIR=long_tmpdir))
-    only_line(out, "too long", "CTMON_RUNTIME_DIR")
+    one_line_containing(out, "too long", "CTMON_RUNTIME_DIR")
     assert not os.path.exists(marker)
     assert rec.read_text() == EARLIER
 
@@ -109,7 +99,7 @@ def test_second_record_to_the_same_file_is_refused_and_the_first_is_unharmed(tmp
         out = ctmon("record", "-o", rec, script)
         with open(rec) as f:
             sup_pid = json.loads(f.readline())["pid"]
-        only_line(out, f"{rec} is being written by another ctmon (pid {sup_pid})")
+        one_line_containing(out, f"{rec} is being written by another ctmon (pid {sup_pid})")
         assert not os.path.exists(marker)
     finally:
         open(release, "w").close()
@@ -132,7 +122,7 @@ def test_symlink_planted_in_a_shared_sticky_directory_is_not_followed(tmp_path) 
         os.lchown(link, 65534, 65534)
         script, marker = marker_script(str(tmp_path))
         out = ctmon("record", "-o", link, script)
-        only_line(out, "symlink another user owns", "refusing to follow it")
+        one_line_containing(out, "symlink another user owns", "refusing to follow it")
         assert victim.read_text() == "keep me\n" and not os.path.exists(marker)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
@@ -151,7 +141,7 @@ def test_world_writable_state_dir_is_refused(tmp_path) -> None:  # type: ignore[
     os.chmod(runs, 0o777)
     script, marker = marker_script(str(tmp_path))
     out = ctmon("record", script, env=env_with(XDG_STATE_HOME=_state(tmp_path)))
-    only_line(out, runs, "writable by other users")
+    one_line_containing(out, runs, "writable by other users")
     assert not os.path.exists(marker)
 
 
@@ -166,7 +156,7 @@ def test_state_dir_symlinked_to_another_users_directory_is_refused(tmp_path) -> 
     os.symlink(str(theirs), runs)
     script, marker = marker_script(str(tmp_path))
     out = ctmon("record", script, env=env_with(XDG_STATE_HOME=_state(tmp_path)))
-    only_line(out, runs, "belongs to another user")
+    one_line_containing(out, runs, "belongs to another user")
     assert not os.path.exists(marker)
 
 
@@ -210,7 +200,7 @@ def test_output_that_is_a_fifo_is_refused_at_once(tmp_path) -> None:  # type: ig
     fifo = str(tmp_path / "r.jsonl")
     os.mkfifo(fifo)
     script, marker = marker_script(str(tmp_path))
-    only_line(ctmon("record", "-o", fifo, script), f"ctmon: {fifo} is not a regular file")
+    one_line_containing(ctmon("record", "-o", fifo, script), f"ctmon: {fifo} is not a regular file")
     assert not os.path.exists(marker)
 
 
