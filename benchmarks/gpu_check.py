@@ -36,8 +36,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _ctmon(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctmon", *args], capture_output=True, text=True,
-                          env=env or _env(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ctmon", *args], capture_output=True, text=True, env=env or _env(), timeout=timeout
+    )
 
 
 def _report(rec: str) -> dict:
@@ -49,7 +50,7 @@ def _report(rec: str) -> dict:
 
 # ------------------------------------------------------------------ timing
 
-TRAIN = r'''
+TRAIN = r"""
 import json, sys, time, torch
 width, steps, sync, mode, batch = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "sync", sys.argv[4], int(sys.argv[5])
 torch.manual_seed(0)
@@ -79,7 +80,7 @@ torch.cuda.synchronize()
 # throughput over the steady part: one sync before, one after, none between
 steady_ms = (time.perf_counter() - t_mark) / (steps - mark) * 1000
 print("SELF " + json.dumps({"intervals_ms": times, "steady_mean_ms": steady_ms}))
-'''
+"""
 
 
 def timing(out_dir: str) -> dict:
@@ -93,8 +94,13 @@ def timing(out_dir: str) -> dict:
         if run.returncode != 0:
             raise RuntimeError(run.stderr[-3000:])
         rep = _report(rec)
-        sync = subprocess.run([sys.executable, script, str(width), str(steps), "sync", "default", str(batch)],
-                              capture_output=True, text=True, env=_env(), timeout=900)
+        sync = subprocess.run(
+            [sys.executable, script, str(width), str(steps), "sync", "default", str(batch)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=900,
+        )
         own = json.loads([ln for ln in sync.stdout.splitlines() if ln.startswith("SELF ")][0][5:])["intervals_ms"]
         steady = own[len(own) // 5 :]  # after warm-up and compiles
         sync_p50 = statistics.median(steady)
@@ -121,7 +127,7 @@ def timing(out_dir: str) -> dict:
 
 # ------------------------------------------------------------------ events
 
-MODES = r'''
+MODES = r"""
 import sys, torch
 mode = sys.argv[1]
 torch.manual_seed(0)
@@ -149,7 +155,7 @@ for i in range(30):
     cmixed(x, counts)
 torch.cuda.synchronize()
 print("ok")
-'''
+"""
 
 
 def events(out_dir: str) -> dict:
@@ -161,8 +167,16 @@ def events(out_dir: str) -> dict:
     for mode in modes:  # in parallel: compiles are CPU-bound and GPU hosts have cores to spare
         rec = os.path.join(out_dir, f"modes_{mode}.jsonl")
         env = _env(TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
-        procs[mode] = (rec, subprocess.Popen([sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, script, mode],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        procs[mode] = (
+            rec,
+            subprocess.Popen(
+                [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, script, mode],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            ),
+        )
     out = {}
     for mode, (rec, p) in procs.items():
         _, err = p.communicate(timeout=900)
@@ -188,7 +202,7 @@ def events(out_dir: str) -> dict:
 
 # ------------------------------------------------------------- trace names
 
-DUMP = r'''
+DUMP = r"""
 import json, logging, runpy, sys
 names = {}
 samples = {}
@@ -213,7 +227,7 @@ try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 finally:
     print("DUMP " + json.dumps({"names": names, "samples": samples}))
-'''
+"""
 
 
 def trace_names(out_dir: str) -> dict:
@@ -227,14 +241,20 @@ def trace_names(out_dir: str) -> dict:
     out = {}
     for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs"):
         cache = tempfile.mkdtemp(prefix="inductor-")
-        run = subprocess.run([sys.executable, dump, script, mode], capture_output=True, text=True,
-                             env=_env(TORCHINDUCTOR_CACHE_DIR=cache), timeout=900)
+        run = subprocess.run(
+            [sys.executable, dump, script, mode],
+            capture_output=True,
+            text=True,
+            env=_env(TORCHINDUCTOR_CACHE_DIR=cache),
+            timeout=900,
+        )
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith("DUMP ")]
         out[mode] = json.loads(lines[0][5:]) if lines else {"error": run.stderr[-2000:]}
     return out
 
 
 # ------------------------------------------------------------------- costs
+
 
 def costs() -> dict:
     import torch
@@ -290,8 +310,12 @@ def main() -> None:
     for what in todo:
         t0 = time.time()
         try:
-            res[what] = {"costs": costs, "timing": lambda: timing(out_dir), "events": lambda: events(out_dir),
-                         "trace-names": lambda: trace_names(out_dir)}[what]()
+            res[what] = {
+                "costs": costs,
+                "timing": lambda: timing(out_dir),
+                "events": lambda: events(out_dir),
+                "trace-names": lambda: trace_names(out_dir),
+            }[what]()
         except Exception as e:  # keep going: one failing check must not hide the others
             res[what] = {"error": f"{type(e).__name__}: {e}"[:3000]}
         res[f"{what}_seconds"] = round(time.time() - t0, 1)

@@ -105,8 +105,9 @@ async def render_panel(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], st
         return panel.gpu_rows(), panel.render_text().plain
 
 
-def compare(panel: dict[str, Any], ref: dict[str, float | None], text: str, args: argparse.Namespace,
-            reserved: float | None) -> dict[str, Any]:
+def compare(
+    panel: dict[str, Any], ref: dict[str, float | None], text: str, args: argparse.Namespace, reserved: float | None
+) -> dict[str, Any]:
     from ctmon.tui import fmt
 
     p_util = panel.get("util")
@@ -144,8 +145,10 @@ def compare(panel: dict[str, Any], ref: dict[str, float | None], text: str, args
     util_s = fmt.pct(p_util)
     mem_1 = f"{fmt.gib(panel.get('mem_used'))}/{fmt.gib(panel.get('mem_total'))} GiB"
     mem_0 = f"{fmt.gib(panel.get('mem_used'), 0)}/{fmt.gib(panel.get('mem_total'), 0)}G"
-    out["shown"] = {"util": util_s in text, "memory": mem_1 in text or mem_0 in text or
-                    f"{fmt.gib(panel.get('mem_used'), 0):>3}" in text}
+    out["shown"] = {
+        "util": util_s in text,
+        "memory": mem_1 in text or mem_0 in text or f"{fmt.gib(panel.get('mem_used'), 0):>3}" in text,
+    }
     checks += list(out["shown"].values())
     out["agree"] = bool(checks) and all(checks)
     return out
@@ -213,29 +216,36 @@ def main() -> int:
                     per_gpu.append({"index": row.get("index"), "agree": False, "why": "nvidia-smi lists fewer GPUs"})
                     continue
                 per_gpu.append(compare(row, ref[i], text, args, reserved_mib(i)))
-            rounds.append({
-                "round": k,
-                "nvml_to_smi_s": round(t2 - t1, 3),
-                "gpus": per_gpu,
-                "gpu_count": {"panel": len(panel_rows), "smi": len(ref)},
-                "panel_text": text,
-                "smi_raw": raw.strip(),
-            })
+            rounds.append(
+                {
+                    "round": k,
+                    "nvml_to_smi_s": round(t2 - t1, 3),
+                    "gpus": per_gpu,
+                    "gpu_count": {"panel": len(panel_rows), "smi": len(ref)},
+                    "panel_text": text,
+                    "smi_raw": raw.strip(),
+                }
+            )
     finally:
         if burner is not None:
             burner.terminate()
         sampler.close()
     ok = all(r["gpu_count"]["panel"] == r["gpu_count"]["smi"] and all(g["agree"] for g in r["gpus"]) for r in rounds)
-    print(json.dumps({
-        "ok": ok,
-        "ran": True,
-        "host": socket.gethostname(),
-        "driver": getattr(sampler, "driver", None),
-        "gpus": sampler.names,
-        "tolerances": {"util_pct": args.util_tol, "mem_used_mib": args.mem_tol_mib, "mem_total_mib": 1.0},
-        "burn": bool(burner),
-        "rounds": rounds,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "ok": ok,
+                "ran": True,
+                "host": socket.gethostname(),
+                "driver": getattr(sampler, "driver", None),
+                "gpus": sampler.names,
+                "tolerances": {"util_pct": args.util_tol, "mem_used_mib": args.mem_tol_mib, "mem_total_mib": 1.0},
+                "burn": bool(burner),
+                "rounds": rounds,
+            },
+            indent=2,
+        )
+    )
     return 0 if ok else 1
 
 

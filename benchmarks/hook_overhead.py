@@ -307,15 +307,17 @@ def train(device: str, pairs: int, step_ms: float) -> dict[str, object]:
         "step_ms_off": res["off_median"],
         "step_ms_on": res["on_median"],
         "overhead_pct_median": round(res["cost_median"] / res["off_median"] * 100, 3),
-        "overhead_pct_range": [round(res["cost_min"] / res["off_median"] * 100, 3),
-                               round(res["cost_max"] / res["off_median"] * 100, 3)],
+        "overhead_pct_range": [
+            round(res["cost_min"] / res["off_median"] * 100, 3),
+            round(res["cost_max"] / res["off_median"] * 100, 3),
+        ],
         "device_timer_active": timer is not None,
     }
 
 
 # -------------------------------------------------------------------- e2e
 
-E2E_LOOP = r'''
+E2E_LOOP = r"""
 import json, sys, time, torch
 device, steps, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)
@@ -343,7 +345,7 @@ if device == "cuda":
     torch.cuda.synchronize()
 dt = (time.perf_counter() - t0) / steps * 1000
 print("RESULT " + json.dumps({"step_ms": dt}))
-'''
+"""
 
 
 def e2e(device: str, pairs: int, step_ms: float) -> dict[str, object]:
@@ -401,7 +403,7 @@ def _calibrate_width(script: str, device: str, step_ms: float) -> int:
 
 # ---------------------------------------------------------------- compile
 
-COMPILE_SCRIPT = r'''
+COMPILE_SCRIPT = r"""
 import json, sys, time, torch
 device = sys.argv[1]
 backend = "inductor" if device == "cuda" else "aot_eager"
@@ -423,7 +425,7 @@ for seq in (64, 96, 128):            # three shapes: a compile and two recompile
 if device == "cuda":
     torch.cuda.synchronize()
 print("RESULT " + json.dumps({"compile_s": time.perf_counter() - t0}))
-'''
+"""
 
 
 def compile_cost(device: str, reps: int, demo: bool = False) -> dict[str, object]:
@@ -445,7 +447,17 @@ def compile_cost(device: str, reps: int, demo: bool = False) -> dict[str, object
             env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # every run compiles for real
             args = ["--device", device, "--steps", "3"] if demo else [device]
             if kind == "ctmon":
-                cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", os.path.join(tmp, "rec.jsonl"), script, *args]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "ctmon",
+                    "record",
+                    "-q",
+                    "-o",
+                    os.path.join(tmp, "rec.jsonl"),
+                    script,
+                    *args,
+                ]
             else:
                 cmd = [sys.executable, script, *args]
             if kind == "torch_trace":
@@ -472,7 +484,9 @@ def compile_cost(device: str, reps: int, demo: bool = False) -> dict[str, object
     return {
         "device": device,
         "reps": reps,
-        "workload": "demos/gpt_baseline.py --steps 3: its first step (compile)" if demo else "compile script (time to first result)",
+        "workload": "demos/gpt_baseline.py --steps 3: its first step (compile)"
+        if demo
+        else "compile script (time to first result)",
         "wall_s": walls or None,
         "median_s": {k: round(v, 3) for k, v in med.items()},
         "ctmon_vs_plain_pct": round((med["ctmon"] - med["plain"]) / med["plain"] * 100, 2),
@@ -483,7 +497,7 @@ def compile_cost(device: str, reps: int, demo: bool = False) -> dict[str, object
 
 # --------------------------------------------------------------- firehose
 
-FIREHOSE = r'''
+FIREHOSE = r"""
 import sys, time, ctmon
 n = int(sys.argv[1])
 step = ctmon.step
@@ -492,7 +506,7 @@ for _ in range(n):
     step()
 dt = time.perf_counter() - t0
 print(f"RESULT {n} {n / dt:.0f}")
-'''
+"""
 
 
 def firehose(steps: int) -> dict[str, object]:
@@ -501,14 +515,24 @@ def firehose(steps: int) -> dict[str, object]:
     with open(script, "w") as f:
         f.write(FIREHOSE)
     rec = os.path.join(tmp, "rec.jsonl")
-    out = subprocess.run([sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, script, str(steps)],
-                         capture_output=True, text=True, env=_env(), timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, script, str(steps)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
     rate = None
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             rate = float(line.split()[2])
-    rep = subprocess.run([sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True, text=True,
-                         env=_env(), timeout=600)
+    rep = subprocess.run(
+        [sys.executable, "-m", "ctmon", "report", rec, "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
     report = json.loads(rep.stdout)
     return {
         "steps_called": steps,

@@ -34,8 +34,7 @@ DEMO_ARGS = {
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | None = None,
-        device: str = "cuda") -> dict:
+def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | None = None, device: str = "cuda") -> dict:
     rec = os.path.join(out_dir, f"{demo}_{mode}.jsonl")
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -43,8 +42,21 @@ def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | Non
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"{demo}_{mode}")
     else:
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, os.path.join(ROOT, "demos", f"{demo}.py"),
-           "--device", device, "--mode", mode, *DEMO_ARGS[demo]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctmon",
+        "record",
+        "-q",
+        "-o",
+        rec,
+        os.path.join(ROOT, "demos", f"{demo}.py"),
+        "--device",
+        device,
+        "--mode",
+        mode,
+        *DEMO_ARGS[demo],
+    ]
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     error = None
@@ -66,8 +78,11 @@ def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | Non
         return {"demo": demo, "mode": mode, "error": stderr[-800:]}
     if not os.path.exists(rec):
         return {"demo": demo, "mode": mode, "error": error or "no recording"}
-    rep = json.loads(subprocess.run([sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True,
-                                    text=True, env=env).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True, text=True, env=env
+        ).stdout
+    )
     first_compile = first_boundary = last_t = None
     source = rep["steps"].get("source")
     peak = 0
@@ -122,8 +137,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cuda (the figures) or cpu (a quick check of the script)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds a run may take before it is stopped")
-    ap.add_argument("--cache-dir", default=None,
-                    help="keep each demo/mode's Inductor cache here (default: a cold one per run)")
+    ap.add_argument(
+        "--cache-dir", default=None, help="keep each demo/mode's Inductor cache here (default: a cold one per run)"
+    )
     a = ap.parse_args()
     out_dir = a.out or tempfile.mkdtemp(prefix="ctmon-modes-")
     os.makedirs(out_dir, exist_ok=True)
@@ -147,12 +163,16 @@ def main() -> None:
             print(f"| {r['demo']} | {r['mode']} | error: {r['error'][:60]} | | | | |")
             continue
         if "error" in r:
-            print(f"| {r['demo']} | {r['mode']} | {r['error']}: compiling for {r['compiling_for_s']} s, "
-                  f"{r['autotune_kernels']} kernels tuned | | | | {r['peak_mem_gib']} GiB |")
+            print(
+                f"| {r['demo']} | {r['mode']} | {r['error']}: compiling for {r['compiling_for_s']} s, "
+                f"{r['autotune_kernels']} kernels tuned | | | | {r['peak_mem_gib']} GiB |"
+            )
             continue
         first = f"{r['first_step_s']} s" if r["first_step_s"] is not None else (r["demo_first_step"] or "-")
-        print(f"| {r['demo']} | {r['mode']} | {r['compile_s']} s | {first} | "
-              f"{r['steady_ms']} ms | {r.get('speedup', '-')}x | {r['peak_mem_gib']} GiB |")
+        print(
+            f"| {r['demo']} | {r['mode']} | {r['compile_s']} s | {first} | "
+            f"{r['steady_ms']} ms | {r.get('speedup', '-')}x | {r['peak_mem_gib']} GiB |"
+        )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,20 @@ def synthetic_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     t = 1_700_000_000.0
     evs: list[dict[str, Any]] = [
-        {"kind": "session", "t": t, "v": 1, "ctmon": "0.1.0", "id": "firehose", "mode": "attach",
-         "command": ["python", "train.py", "--firehose"], "cwd": "/home/alice/proj", "host": "bench",
-         "pid": 1, "job_pid": 2, "recording": "/tmp/firehose.jsonl"},
+        {
+            "kind": "session",
+            "t": t,
+            "v": 1,
+            "ctmon": "0.1.0",
+            "id": "firehose",
+            "mode": "attach",
+            "command": ["python", "train.py", "--firehose"],
+            "cwd": "/home/alice/proj",
+            "host": "bench",
+            "pid": 1,
+            "job_pid": 2,
+            "recording": "/tmp/firehose.jsonl",
+        },
         {"kind": "process", "t": t, "pid": 2, "python": "3.11.7"},
         {"kind": "torch", "t": t, "torch": "2.13.0+cu126", "cuda": "12.6"},
     ]
@@ -61,11 +72,32 @@ def synthetic_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
         t += 0.001  # a thousand events a second of job time: samples come once a second
         k += 1
         if k % 1000 == 0:
-            evs.append({"kind": "sample", "t": t, "cpu_percent": rng.random() * 200, "rss": 1 << 33,
-                        "tree_rss": 1 << 34, "threads": 40, "procs": 9, "cpus": 16, "gpus": [
-                            {"index": i, "name": "NVIDIA H100 80GB HBM3", "util": rng.randrange(101),
-                             "mem_used": rng.randrange(1 << 36), "mem_total": 85899345920, "power_w": 500.0,
-                             "power_limit_w": 700.0, "temp_c": 60, "proc_mem": 1 << 35} for i in range(8)]})
+            evs.append(
+                {
+                    "kind": "sample",
+                    "t": t,
+                    "cpu_percent": rng.random() * 200,
+                    "rss": 1 << 33,
+                    "tree_rss": 1 << 34,
+                    "threads": 40,
+                    "procs": 9,
+                    "cpus": 16,
+                    "gpus": [
+                        {
+                            "index": i,
+                            "name": "NVIDIA H100 80GB HBM3",
+                            "util": rng.randrange(101),
+                            "mem_used": rng.randrange(1 << 36),
+                            "mem_total": 85899345920,
+                            "power_w": 500.0,
+                            "power_limit_w": 700.0,
+                            "temp_c": 60,
+                            "proc_mem": 1 << 35,
+                        }
+                        for i in range(8)
+                    ],
+                }
+            )
             continue
         r = rng.random()
         if r < 0.10:  # compile storm: recompiles over 400 frames, some past the limit
@@ -74,36 +106,80 @@ def synthetic_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
             cid_next[f] += 1
             cid = f"{f}/{c}"
             line = 10 + f
-            evs.append({"kind": "compile_start", "t": t, "compile_id": cid, "frame_id": f, "name": f"fn_{f}",
-                        "file": f"/home/alice/proj/model_{f % 20}.py", "line": line, "user_code": True,
-                        "recompile_limit": 8})
-            ev = {"kind": "compile", "t": t + 0.0005, "compile_id": cid, "frame_id": f, "co_name": f"fn_{f}",
-                  "co_filename": f"/home/alice/proj/model_{f % 20}.py", "co_firstlineno": line,
-                  "cache_size": c, "entire_frame_compile_time_s": rng.random() * 0.5, "recompile_limit": 8}
+            evs.append(
+                {
+                    "kind": "compile_start",
+                    "t": t,
+                    "compile_id": cid,
+                    "frame_id": f,
+                    "name": f"fn_{f}",
+                    "file": f"/home/alice/proj/model_{f % 20}.py",
+                    "line": line,
+                    "user_code": True,
+                    "recompile_limit": 8,
+                }
+            )
+            ev = {
+                "kind": "compile",
+                "t": t + 0.0005,
+                "compile_id": cid,
+                "frame_id": f,
+                "co_name": f"fn_{f}",
+                "co_filename": f"/home/alice/proj/model_{f % 20}.py",
+                "co_firstlineno": line,
+                "cache_size": c,
+                "entire_frame_compile_time_s": rng.random() * 0.5,
+                "recompile_limit": 8,
+            }
             if c:
-                ev["recompile_reason"] = f"{f}/{c - 1}: tensor 'x' size mismatch at index 0. expected {c}, actual {c + 1}"
+                ev["recompile_reason"] = (
+                    f"{f}/{c - 1}: tensor 'x' size mismatch at index 0. expected {c}, actual {c + 1}"
+                )
             if c >= 8:
                 ev["fail_type"] = "RecompileLimitExceeded"
                 ev["fail_reason"] = "Dynamo recompile limit exceeded (8)"
             evs.append(ev)
         elif r < 0.20:
             s = rng.randrange(sites)
-            evs.append({"kind": "graph_break", "t": t, "compile_id": "0/0", "frame_id": s % frames,
-                        "file": f"/home/alice/proj/model_{s % 20}.py", "line": 100 + s,
-                        "summary": f"Unsupported call number {s % 17}",
-                        "reason": f"Encountered graph break {s}\n  Explanation: something {s}",
-                        "explanation": f"something {s}", "hints": ["avoid it"],
-                        "user_stack": [{"file": "/home/alice/proj/train.py", "line": 5, "name": "<module>"}]})
+            evs.append(
+                {
+                    "kind": "graph_break",
+                    "t": t,
+                    "compile_id": "0/0",
+                    "frame_id": s % frames,
+                    "file": f"/home/alice/proj/model_{s % 20}.py",
+                    "line": 100 + s,
+                    "summary": f"Unsupported call number {s % 17}",
+                    "reason": f"Encountered graph break {s}\n  Explanation: something {s}",
+                    "explanation": f"something {s}",
+                    "hints": ["avoid it"],
+                    "user_stack": [{"file": "/home/alice/proj/train.py", "line": 5, "name": "<module>"}],
+                }
+            )
         elif r < 0.30:
-            evs.append({"kind": "cache", "t": t, "compile_id": "1/0", "cache": rng.choice(["fx_graph", "aot_autograd"]),
-                        "result": rng.choice(["hit", "miss", "hit", "bypass"]), "reason": "unsupported"})
+            evs.append(
+                {
+                    "kind": "cache",
+                    "t": t,
+                    "compile_id": "1/0",
+                    "cache": rng.choice(["fx_graph", "aot_autograd"]),
+                    "result": rng.choice(["hit", "miss", "hit", "bypass"]),
+                    "reason": "unsupported",
+                }
+            )
         elif r < 0.65:
             deltas = [int(rng.gauss(25e6, 2e6)) for _ in range(50)]
             evs.append({"kind": "steps", "t": t, "src": "optimizer", "i0": step_i, "ns": deltas})
             step_i += len(deltas)
         elif r < 0.99:
-            evs.append({"kind": "output", "t": t, "stream": rng.choice(["stdout", "stderr"]),
-                        "data": "".join(f"epoch 3 step {k} loss {rng.random():.4f}\n" for _ in range(3))})
+            evs.append(
+                {
+                    "kind": "output",
+                    "t": t,
+                    "stream": rng.choice(["stdout", "stderr"]),
+                    "data": "".join(f"epoch 3 step {k} loss {rng.random():.4f}\n" for _ in range(3)),
+                }
+            )
         else:
             evs.append({"kind": "note", "t": t, "level": "info", "message": f"note {k}"})
     evs.append({"kind": "exit", "t": t + 1, "code": 0, "signal": None})
@@ -197,8 +273,12 @@ async def measure_idle(events: list[dict[str, Any]], size: tuple[int, int], seco
         await asyncio.sleep(seconds)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
         feed.end()
-    return {"terminal": f"{size[0]}x{size[1]}", "seconds": round(wall, 1), "cpu_percent": round(100 * cpu / wall, 2),
-            "repaints_per_s": round(displays / wall, 2)}
+    return {
+        "terminal": f"{size[0]}x{size[1]}",
+        "seconds": round(wall, 1),
+        "cpu_percent": round(100 * cpu / wall, 2),
+        "repaints_per_s": round(displays / wall, 2),
+    }
 
 
 def rss_mib() -> float:
@@ -220,7 +300,9 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def main() -> int:
@@ -230,7 +312,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--write", metavar="FILE", help="write the figures as Markdown to FILE")
-    ap.add_argument("--idle-seconds", type=float, default=10.0, help="how long to measure an idle live screen (0: skip)")
+    ap.add_argument(
+        "--idle-seconds", type=float, default=10.0, help="how long to measure an idle live screen (0: skip)"
+    )
     args = ap.parse_args()
     import textual
 
@@ -255,8 +339,13 @@ def main() -> int:
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "machine": machine(),
         "textual": textual.__version__,
-        "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
-                             os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+        "command": " ".join(
+            [
+                os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
+                os.path.relpath(__file__, ROOT),
+                *sys.argv[1:],
+            ]
+        ),
         "date": datetime.date.today().isoformat(),
         "required_repaints_per_s": REQUIRED_REPAINTS_PER_S,
         "ok": all(r["complete"] and (r["repaints_per_s"] or 0) >= REQUIRED_REPAINTS_PER_S for r in results),
@@ -281,8 +370,10 @@ def render_text(r: dict[str, Any]) -> str:
         )
     if r.get("idle"):
         i = r["idle"]
-        lines.append(f"  idle live screen ({i['terminal']}, {i['seconds']} s): {i['cpu_percent']}% CPU, "
-                     f"{i['repaints_per_s']} repaints/s")
+        lines.append(
+            f"  idle live screen ({i['terminal']}, {i['seconds']} s): {i['cpu_percent']}% CPU, "
+            f"{i['repaints_per_s']} repaints/s"
+        )
     lines.append(f"  RSS {r['rss_mib']} MiB (peak {r['max_rss_mib']} MiB, both runs and the generated events)")
     lines.append(f"  {'OK' if r['ok'] else 'FAIL'}: at least {r['required_repaints_per_s']:g} repaints/s required")
     return "\n".join(lines)
@@ -292,9 +383,11 @@ def idle_text(r: dict[str, Any]) -> str:
     i = r.get("idle")
     if not i:
         return ""
-    return (f"An idle screen (a live job with 5,000 events of history that has gone quiet, "
-            f"{i['terminal']}, measured for {i['seconds']} s): {i['cpu_percent']}% of one core, "
-            f"{i['repaints_per_s']} repaints/s (the header's clock, once a second).\n")
+    return (
+        f"An idle screen (a live job with 5,000 events of history that has gone quiet, "
+        f"{i['terminal']}, measured for {i['seconds']} s): {i['cpu_percent']}% of one core, "
+        f"{i['repaints_per_s']} repaints/s (the header's clock, once a second).\n"
+    )
 
 
 def render_markdown(r: dict[str, Any]) -> str:
@@ -306,10 +399,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     return f"""# TUI under a firehose
 
 The live view must stay responsive while the store ingests events as fast as
-they come: at least {r['required_repaints_per_s']:g} repaints a second.
+they come: at least {r["required_repaints_per_s"]:g} repaints a second.
 
-`benchmarks/tui_firehose.py` writes a synthetic recording of {r['events']:,}
-events ({r['recording_mib']} MiB: a compile storm of recompiles over 400
+`benchmarks/tui_firehose.py` writes a synthetic recording of {r["events"]:,}
+events ({r["recording_mib"]} MiB: a compile storm of recompiles over 400
 frames, graph breaks at 300 sites, cache results, step batches of 50,
 output, notes, and an 8-GPU sample per 1000 events) and opens the real app on it, headless, through the real
 feed (a reader thread decoding JSON lines, as for a live job's socket). It
@@ -321,7 +414,7 @@ folded into the store, and the events folded per second.
 {rows}
 
 {idle_text(r)}
-Process RSS at the end: {r['rss_mib']} MiB (peak {r['max_rss_mib']} MiB, which includes the
+Process RSS at the end: {r["rss_mib"]} MiB (peak {r["max_rss_mib"]} MiB, which includes the
 generated event list and both runs).
 
 How it keeps up:
@@ -349,10 +442,10 @@ loops in Python over every boundary. Painting a 160x48 screen on which every
 panel changed costs 25-40 ms. The figures vary by about a third from run to
 run on this shared 2-core machine.
 
-- Machine: {r['machine']}
-- Textual {r['textual']}
-- Command: `{r['command']}`
-- Date: {r['date']}
+- Machine: {r["machine"]}
+- Textual {r["textual"]}
+- Command: `{r["command"]}`
+- Date: {r["date"]}
 """
 
 

@@ -41,36 +41,85 @@ def steady_events(n: int, seed: int = 0):  # type: ignore[no-untyped-def]
     """A training job at full tilt, as a generator (1M events never sit in memory)."""
     rng = random.Random(seed)
     t = 1.7e9
-    yield {"kind": "session", "t": t, "v": 1, "ctmon": "0.1.0", "id": "steady", "mode": "attach",
-           "command": ["python", "train.py"], "cwd": "/home/alice/proj", "host": "bench", "pid": 1, "job_pid": 2}
+    yield {
+        "kind": "session",
+        "t": t,
+        "v": 1,
+        "ctmon": "0.1.0",
+        "id": "steady",
+        "mode": "attach",
+        "command": ["python", "train.py"],
+        "cwd": "/home/alice/proj",
+        "host": "bench",
+        "pid": 1,
+        "job_pid": 2,
+    }
     yield {"kind": "torch", "t": t, "torch": "2.11.0+cu130", "cuda": "13.0"}
     i0 = 0
     for k in range(n - 3):
         t += 0.0005
         r = rng.random()
         if r < 0.60:
-            yield {"kind": "output", "t": t, "stream": "stdout",
-                   "data": f"step {k} loss {rng.random():.4f} lr 3.0e-04 tok/s 412331\n"}
+            yield {
+                "kind": "output",
+                "t": t,
+                "stream": "stdout",
+                "data": f"step {k} loss {rng.random():.4f} lr 3.0e-04 tok/s 412331\n",
+            }
         elif r < 0.90:
             ns = [int(rng.gauss(1e6, 5e4)) for _ in range(16)]
             yield {"kind": "steps", "t": t, "src": "optimizer", "i0": i0, "ns": ns}
             i0 += len(ns)
         elif r < 0.95:
-            yield {"kind": "sample", "t": t, "cpu_percent": 101.0, "rss": 1 << 33, "tree_rss": 1 << 34, "threads": 40,
-                   "procs": 9, "gpus": [{"index": g, "name": "NVIDIA H100 80GB HBM3", "util": rng.randrange(90, 100),
-                                         "mem_used": 1 << 36, "mem_total": 85899345920, "power_w": 600.0,
-                                         "power_limit_w": 700.0, "temp_c": 61, "proc_mem": 1 << 35} for g in range(8)]}
+            yield {
+                "kind": "sample",
+                "t": t,
+                "cpu_percent": 101.0,
+                "rss": 1 << 33,
+                "tree_rss": 1 << 34,
+                "threads": 40,
+                "procs": 9,
+                "gpus": [
+                    {
+                        "index": g,
+                        "name": "NVIDIA H100 80GB HBM3",
+                        "util": rng.randrange(90, 100),
+                        "mem_used": 1 << 36,
+                        "mem_total": 85899345920,
+                        "power_w": 600.0,
+                        "power_limit_w": 700.0,
+                        "temp_c": 61,
+                        "proc_mem": 1 << 35,
+                    }
+                    for g in range(8)
+                ],
+            }
         elif r < 0.97:
             yield {"kind": "cache", "t": t, "compile_id": f"{k % 7}/0", "cache": "fx_graph", "result": "hit"}
         elif r < 0.99:
             f = k % 50
-            yield {"kind": "compile", "t": t, "compile_id": f"{f}/{k}", "frame_id": f, "co_name": "forward",
-                   "co_filename": "/home/alice/proj/model.py", "co_firstlineno": 10 + f,
-                   "entire_frame_compile_time_s": 0.2,
-                   "recompile_reason": f"{f}/0: tensor 'x' size mismatch at index 1. expected 8, actual 9"}
+            yield {
+                "kind": "compile",
+                "t": t,
+                "compile_id": f"{f}/{k}",
+                "frame_id": f,
+                "co_name": "forward",
+                "co_filename": "/home/alice/proj/model.py",
+                "co_firstlineno": 10 + f,
+                "entire_frame_compile_time_s": 0.2,
+                "recompile_reason": f"{f}/0: tensor 'x' size mismatch at index 1. expected 8, actual 9",
+            }
         else:
-            yield {"kind": "graph_break", "t": t, "compile_id": "0/0", "frame_id": 1, "file": "/home/alice/proj/model.py",
-                   "line": 100 + k % 40, "summary": "Data-dependent branching", "reason": "Data-dependent branching"}
+            yield {
+                "kind": "graph_break",
+                "t": t,
+                "compile_id": "0/0",
+                "frame_id": 1,
+                "file": "/home/alice/proj/model.py",
+                "line": 100 + k % 40,
+                "summary": "Data-dependent branching",
+                "reason": "Data-dependent branching",
+            }
     yield {"kind": "exit", "t": t + 1, "code": 0, "signal": None}
 
 
@@ -98,7 +147,7 @@ def ingest(n: int, size: tuple[int, int] = (160, 48)) -> dict[str, Any]:
     return out
 
 
-RSS_CHILD = r'''
+RSS_CHILD = r"""
 import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[2])
 from ctmon.feeds import RecordingFeed
@@ -114,14 +163,16 @@ async def main():
         print(json.dumps({"events": app.applied, "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
                           "seconds": round(time.perf_counter() - t0, 1), "steps": app.full.steps.count}))
 asyncio.run(main())
-'''
+"""
 
 
 def rss(n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "steady.jsonl")
         count = write(steady_events(n), path)
-        out = subprocess.run([sys.executable, "-c", RSS_CHILD, path, ROOT], capture_output=True, text=True, timeout=1200)
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_CHILD, path, ROOT], capture_output=True, text=True, timeout=1200
+        )
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -130,7 +181,7 @@ def rss(n: int) -> dict[str, Any]:
         return res
 
 
-JOB = r'''
+JOB = r"""
 import sys, time, ctmon
 period, seconds = float(sys.argv[1]), float(sys.argv[2])
 end = time.time() + seconds
@@ -141,7 +192,7 @@ while time.time() < end:
     k += 1
     if k % 2 == 0:
         print(f"step {k} loss 0.{k % 9973:04d}", flush=True)
-'''
+"""
 
 
 async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
@@ -154,8 +205,10 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
     script = os.path.join(tmp, "job.py")
     with open(script, "w") as f:
         f.write(JOB)
-    d = start_detached(JobSpec("script", script, [str(period), str(seconds + 6)], cwd=tmp, python=sys.executable),
-                       os.path.join(tmp, "rec.jsonl"))
+    d = start_detached(
+        JobSpec("script", script, [str(period), str(seconds + 6)], cwd=tmp, python=sys.executable),
+        os.path.join(tmp, "rec.jsonl"),
+    )
     feed = SocketFeed(d.viewer_path)
     refreshes: list[tuple[float, int]] = []  # (when, events folded so far)
     displays: list[float] = []
@@ -212,7 +265,9 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
         "repaints_per_s": round(len(displays) / wall, 1),
         "events_measured": len(latencies),
         "latency_p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-        "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1) if latencies else None,
+        "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)
+        if latencies
+        else None,
         "latency_max_ms": round(latencies[-1], 1) if latencies else None,
     }
 
@@ -234,9 +289,12 @@ def main() -> None:
 
     import textual
 
-    res: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                           "python": platform.python_version(), "textual": textual.__version__,
-                           "date": time.strftime("%Y-%m-%d")}
+    res: dict[str, Any] = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "textual": textual.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     if a.what in ("ingest", "all"):
         res["ingest"] = ingest(a.events)
     if a.what in ("rss", "all"):

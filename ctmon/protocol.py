@@ -91,9 +91,7 @@ STEP_RANK = {name: rank for rank, name in enumerate(STEP_SOURCES)}
 
 Event = dict[str, Any]
 
-_encoder = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str
-)
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
 
 
 def encode(event: Event) -> bytes:

@@ -119,9 +119,7 @@ def read_recording(path: str, stats: ReadStats | None = None) -> Iterator[protoc
     if st.events == 0:
         raise RecordingError(f"{path} is not a ctmon recording (no events in it)")
     if st.version is not None and st.version > protocol.PROTOCOL_VERSION:
-        st.warnings.append(
-            f"recorded by a newer ctmon (protocol {st.version}); showing what this version understands"
-        )
+        st.warnings.append(f"recorded by a newer ctmon (protocol {st.version}); showing what this version understands")
     if st.truncated_tail:
         st.warnings.append("the recording ends mid-line (cut off); everything before the cut is shown")
     if st.bad_lines:
@@ -138,5 +136,10 @@ def unreadable_note(st: ReadStats, t: float | None = None) -> protocol.Event | N
     if not total:
         return None
     detail = ", ".join(f"{n} {what}" for n, what in parts if n)
-    return {"kind": protocol.NOTE, "t": t, "level": "warning", "source": "ctmon",
-            "message": f"{total} line(s) of the recording could not be read ({detail}) and were skipped"}
+    return {
+        "kind": protocol.NOTE,
+        "t": t,
+        "level": "warning",
+        "source": "ctmon",
+        "message": f"{total} line(s) of the recording could not be read ({detail}) and were skipped",
+    }

@@ -174,8 +174,15 @@ class StepDecoder:
         self.next_idx = 0
         self.prev_ns: int | None = None
 
-    def decode(self, values: list[int], lost: int, now_wall: float, now_ns: int,
-               start: int | None = None, source: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    def decode(
+        self,
+        values: list[int],
+        lost: int,
+        now_wall: float,
+        now_ns: int,
+        start: int | None = None,
+        source: tuple[int, int] | None = None,
+    ) -> list[dict[str, Any]]:
         """``start``: ring index of values[0]; ``source``: the ring header's
         (rank, switch index), used when boundaries were lost before it."""
         events: list[dict[str, Any]] = []

@@ -144,8 +144,6 @@ def clean_event(event: dict[str, Any]) -> dict[str, Any]:
     return clean_tree(event)  # type: ignore[no-any-return]
 
 
-
-
 def _dirty(value: Any, depth: int) -> bool:
     # the hot path of a viewer catching up: plain loops, strings checked
     # inline, containers only recursed into

@@ -61,8 +61,13 @@ def env_with(**extra: str) -> dict[str, str]:
     return env
 
 
-def ctmon(*args: str, cwd: str | None = None, env: dict[str, str] | None = None, timeout: float = 300,
-          input: str | None = None) -> subprocess.CompletedProcess[str]:
+def ctmon(
+    *args: str,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ctmon", *args],
         cwd=cwd or ROOT,
@@ -74,8 +79,16 @@ def ctmon(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
     )
 
 
-def record(tmp_path: Any, target: list[str], *, torch_trace: bool = True, cwd: str | None = None,
-           extra_env: dict[str, str] | None = None, options: list[str] | None = None, timeout: float = 300) -> Run:
+def record(
+    tmp_path: Any,
+    target: list[str],
+    *,
+    torch_trace: bool = True,
+    cwd: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    options: list[str] | None = None,
+    timeout: float = 300,
+) -> Run:
     os.makedirs(str(tmp_path), exist_ok=True)
     rec = os.path.join(str(tmp_path), "rec.jsonl")
     trace_dir = os.path.join(str(tmp_path), "torch_trace") if torch_trace else None
@@ -166,7 +179,10 @@ def assert_matches_torch_trace(report: dict[str, Any], trace: TraceCounts) -> No
     assert c["backward_compiles"] == trace.bwd_compiles, (c, trace)
     cache = report["cache"]
     assert cache["fx_graph"] == {"hit": trace.fx_hit, "miss": trace.fx_miss, "bypass": trace.fx_bypass}, (cache, trace)
-    assert cache["aot_autograd"] == {"hit": trace.aot_hit, "miss": trace.aot_miss, "bypass": trace.aot_bypass}, (cache, trace)
+    assert cache["aot_autograd"] == {"hit": trace.aot_hit, "miss": trace.aot_miss, "bypass": trace.aot_bypass}, (
+        cache,
+        trace,
+    )
 
 
 def marker_lines(path: str) -> dict[str, int]:

@@ -48,8 +48,9 @@ def _nobody_cmd() -> list[str]:
 _NOBODY_HAS_TORCH: list[bool] = []
 
 
-def as_nobody(*args: str, env: dict[str, str] | None = None, cwd: str = "/",
-              needs_torch: bool = False) -> subprocess.CompletedProcess[str]:
+def as_nobody(
+    *args: str, env: dict[str, str] | None = None, cwd: str = "/", needs_torch: bool = False
+) -> subprocess.CompletedProcess[str]:
     if os.getuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("as root, every file is readable and writable: another user (setpriv, as root) is needed")
     if needs_torch:
@@ -58,8 +59,9 @@ def as_nobody(*args: str, env: dict[str, str] | None = None, cwd: str = "/",
         # torch, and ctmon rightly stops at that check instead of the one under
         # test. .ci/run opens its directory for this reason.
         if not _NOBODY_HAS_TORCH:
-            probe = subprocess.run([*_nobody_cmd(), "-c", "import torch, ctmon"], cwd="/",
-                                   capture_output=True, text=True, timeout=120)
+            probe = subprocess.run(
+                [*_nobody_cmd(), "-c", "import torch, ctmon"], cwd="/", capture_output=True, text=True, timeout=120
+            )
             _NOBODY_HAS_TORCH.append(probe.returncode == 0)
         if not _NOBODY_HAS_TORCH[0]:
             pytest.skip(f"user {NOBODY} cannot import torch from {PY}: its environment is not readable by others")
@@ -67,8 +69,9 @@ def as_nobody(*args: str, env: dict[str, str] | None = None, cwd: str = "/",
     os.chown(rt, NOBODY, NOBODY)
     e = {**(env or env_with()), "CTMON_RUNTIME_DIR": rt, "XDG_STATE_HOME": "/nonexistent"}
     try:
-        return subprocess.run([*_nobody_cmd(), "-m", "ctmon", *args], env=e, cwd=cwd,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [*_nobody_cmd(), "-m", "ctmon", *args], env=e, cwd=cwd, capture_output=True, text=True, timeout=60
+        )
     finally:
         shutil.rmtree(rt, ignore_errors=True)
 
@@ -123,7 +126,9 @@ def test_syntax_error_is_shown_like_python(tmp_path) -> None:  # type: ignore[no
 
 
 def test_unknown_module() -> None:
-    one_line_error(ctmon("record", "-m", "no_such_module_for_ctmon"), "ctmon: no module named 'no_such_module_for_ctmon'")
+    one_line_error(
+        ctmon("record", "-m", "no_such_module_for_ctmon"), "ctmon: no module named 'no_such_module_for_ctmon'"
+    )
 
 
 def test_not_a_module_name() -> None:
@@ -143,15 +148,27 @@ def test_not_a_module_name() -> None:
         (["record", "-m"], "ctmon: record: -m needs a module name"),
         (["record"], "ctmon: record: a script or -m MODULE is required (ctmon record [options] SCRIPT [ARGS...])"),
         (["record", "--"], "ctmon: record: a script or -m MODULE is required after --"),
-        (["record", "--fail-on", "recompiles>>2", JOB],
-         "ctmon: bad --fail-on 'recompiles>>2': expected METRIC OP NUMBER, e.g. 'recompiles>2'"),
+        (
+            ["record", "--fail-on", "recompiles>>2", JOB],
+            "ctmon: bad --fail-on 'recompiles>>2': expected METRIC OP NUMBER, e.g. 'recompiles>2'",
+        ),
         (["record", "--listen", "localhost:http", JOB], "ctmon: bad --listen 'localhost:http': expected [HOST:]PORT"),
         (["record", "--listen", "70000", JOB], "ctmon: bad --listen '70000': expected [HOST:]PORT"),
         (["frobnicate"], "ctmon: unknown command 'frobnicate' (commands: attach, record, replay, report, watch)"),
     ],
-    ids=["unknown option", "attach unknown option", "missing value", "value for a flag", "-m without module",
-         "no script", "nothing after --", "--fail-on garbage", "--listen garbage", "--listen port range",
-         "unknown command"],
+    ids=[
+        "unknown option",
+        "attach unknown option",
+        "missing value",
+        "value for a flag",
+        "-m without module",
+        "no script",
+        "nothing after --",
+        "--fail-on garbage",
+        "--listen garbage",
+        "--listen port range",
+        "unknown command",
+    ],
 )
 def test_bad_flags(argv, message) -> None:  # type: ignore[no-untyped-def]
     one_line_error(ctmon(*argv), message)
@@ -183,20 +200,26 @@ def test_output_into_a_directory_that_cannot_be_created(tmp_path) -> None:  # ty
     """A missing directory is created (mkdir -p); one under a plain file cannot be."""
     (tmp_path / "a-file").write_text("")
     target = tmp_path / "a-file" / "sub" / "r.jsonl"
-    one_line_error(ctmon("record", "-o", str(target), JOB),
-                   f"ctmon: cannot write the recording to '{target}': cannot create {tmp_path / 'a-file' / 'sub'}: "
-                   "Not a directory")
+    one_line_error(
+        ctmon("record", "-o", str(target), JOB),
+        f"ctmon: cannot write the recording to '{target}': cannot create {tmp_path / 'a-file' / 'sub'}: "
+        "Not a directory",
+    )
 
 
 def test_output_is_a_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    one_line_error(ctmon("record", "-o", str(tmp_path), JOB),
-                   f"ctmon: cannot write the recording to '{tmp_path}': it is a directory")
+    one_line_error(
+        ctmon("record", "-o", str(tmp_path), JOB),
+        f"ctmon: cannot write the recording to '{tmp_path}': it is a directory",
+    )
 
 
 def test_output_is_the_script_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
     script, marker = marker_script(str(tmp_path))
-    one_line_error(ctmon("record", "-o", script, script),
-                   f"ctmon: refusing to write the recording over the script itself ({script})")
+    one_line_error(
+        ctmon("record", "-o", script, script),
+        f"ctmon: refusing to write the recording over the script itself ({script})",
+    )
     assert not os.path.exists(marker)
 
 
@@ -205,7 +228,9 @@ def test_output_into_an_unwritable_directory_before_the_job_starts(shared_dir) -
     ro = os.path.join(shared_dir, "ro")
     os.mkdir(ro, 0o755)
     out = as_nobody("record", "-o", os.path.join(ro, "r.jsonl"), script, needs_torch=True)
-    one_line_error(out, f"ctmon: cannot write the recording to '{os.path.join(ro, 'r.jsonl')}': directory {ro} is not writable")
+    one_line_error(
+        out, f"ctmon: cannot write the recording to '{os.path.join(ro, 'r.jsonl')}': directory {ro} is not writable"
+    )
     assert not os.path.exists(marker)
 
 
@@ -225,10 +250,14 @@ def test_unusable_state_dir_without_output(tmp_path) -> None:  # type: ignore[no
 
 def test_torch_missing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A Python without torch (no site-packages at all: ``python -S``)."""
-    out = subprocess.run([PY, "-S", "-m", "ctmon", "record", JOB], env=env_with(), cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
-    one_line_error(out, f"ctmon: torch is not installed in this Python environment ({PY}); install it there, "
-                        "or run the ctmon of the environment your job uses")
+    out = subprocess.run(
+        [PY, "-S", "-m", "ctmon", "record", JOB], env=env_with(), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    one_line_error(
+        out,
+        f"ctmon: torch is not installed in this Python environment ({PY}); install it there, "
+        "or run the ctmon of the environment your job uses",
+    )
 
 
 def test_torch_too_old(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -250,8 +279,10 @@ def _samples(rec: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     "fake, error",
-    [({"CTMON_FAKE_NVML_FAIL": "init"}, "no NVIDIA driver (NVML not found)"),
-     ({"CTMON_FAKE_NVML_COUNT": "0"}, "no NVIDIA GPU")],
+    [
+        ({"CTMON_FAKE_NVML_FAIL": "init"}, "no NVIDIA driver (NVML not found)"),
+        ({"CTMON_FAKE_NVML_COUNT": "0"}, "no NVIDIA GPU"),
+    ],
     ids=["NVML fails at init", "no GPU"],
 )
 def test_no_gpu(tmp_path, fake, error) -> None:  # type: ignore[no-untyped-def]
@@ -294,14 +325,22 @@ def test_nvml_errors_mid_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
     fake_dir = tmp_path / "nvml"
     fake_dir.mkdir()
     trigger = tmp_path / "gpu-lost"
-    (fake_dir / "pynvml.py").write_text(_LOSING_NVML.format(fake=os.path.join(FAKES, "pynvml.py"), trigger=str(trigger)))
+    (fake_dir / "pynvml.py").write_text(
+        _LOSING_NVML.format(fake=os.path.join(FAKES, "pynvml.py"), trigger=str(trigger))
+    )
     env = env_with(CTMON_FAKE_NVML_UTIL="77")
     env["PYTHONPATH"] = str(fake_dir) + os.pathsep + env["PYTHONPATH"]
     rec = str(tmp_path / "r.jsonl")
     gate = tmp_path / "gate"
-    p = subprocess.Popen([PY, "-m", "ctmon", "record", "-o", rec, JOB, "--steps", "60", "--step-ms", "50", "--gate",
-                          str(gate)], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [PY, "-m", "ctmon", "record", "-o", rec, JOB, "--steps", "60", "--step-ms", "50", "--gate", str(gate)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         import time
 
@@ -331,8 +370,13 @@ def test_huge_output_line_without_newline(tmp_path) -> None:  # type: ignore[no-
     script = tmp_path / "big.py"
     script.write_text("import sys\nsys.stdout.write('y' * (10 << 20))\nsys.stdout.flush()\n")
     rec = str(tmp_path / "r.jsonl")
-    out = subprocess.run([PY, "-m", "ctmon", "record", "-q", "-o", rec, str(script)], env=env_with(), cwd=ROOT,
-                         capture_output=True, timeout=120)
+    out = subprocess.run(
+        [PY, "-m", "ctmon", "record", "-q", "-o", rec, str(script)],
+        env=env_with(),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stdout == b"y" * (10 << 20)  # passed through whole
     with open(rec, "rb") as f:
@@ -345,11 +389,18 @@ def test_huge_output_line_without_newline(tmp_path) -> None:  # type: ignore[no-
 
 def test_non_utf8_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "bytes.py"
-    script.write_text("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe\\xc3\\x28 \\xe2\\x82\\n')\n"
-                      "sys.stderr.buffer.write(b'\\x80err\\n')\n")
+    script.write_text(
+        "import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe\\xc3\\x28 \\xe2\\x82\\n')\n"
+        "sys.stderr.buffer.write(b'\\x80err\\n')\n"
+    )
     rec = str(tmp_path / "r.jsonl")
-    out = subprocess.run([PY, "-m", "ctmon", "record", "-q", "-o", rec, str(script)], env=env_with(), cwd=ROOT,
-                         capture_output=True, timeout=60)
+    out = subprocess.run(
+        [PY, "-m", "ctmon", "record", "-q", "-o", rec, str(script)],
+        env=env_with(),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
     assert out.returncode == 0
     assert out.stdout == b"ok \xff\xfe\xc3\x28 \xe2\x82\n"  # the bytes, unchanged
     assert out.stderr == b"\x80err\n"
@@ -380,11 +431,19 @@ def _truncated(tmp_path) -> str:  # type: ignore[no-untyped-def]
         pytest.param(None, "ctmon: no such recording: {p}", id="missing"),
         pytest.param(b"", "ctmon: {p} is empty: nothing was recorded", id="empty"),
         pytest.param(b"\n\n  \n", "ctmon: {p} is empty: nothing was recorded", id="blank"),
-        pytest.param(b"\x00\x01\x02\x03ELF\x00" * 100, "ctmon: {p} is not a ctmon recording (binary data)", id="binary"),
-        pytest.param(b"epoch 1 loss 0.5\nepoch 2 loss 0.4\n",
-                     "ctmon: {p} is not a ctmon recording (first line is not a ctmon event)", id="text"),
-        pytest.param(b'[1, 2, 3]\n{"a": 1}\n', "ctmon: {p} is not a ctmon recording (first line is not a ctmon event)",
-                     id="JSON, not events"),
+        pytest.param(
+            b"\x00\x01\x02\x03ELF\x00" * 100, "ctmon: {p} is not a ctmon recording (binary data)", id="binary"
+        ),
+        pytest.param(
+            b"epoch 1 loss 0.5\nepoch 2 loss 0.4\n",
+            "ctmon: {p} is not a ctmon recording (first line is not a ctmon event)",
+            id="text",
+        ),
+        pytest.param(
+            b'[1, 2, 3]\n{"a": 1}\n',
+            "ctmon: {p} is not a ctmon recording (first line is not a ctmon event)",
+            id="JSON, not events",
+        ),
         pytest.param("dir", "ctmon: {p} is a directory, not a recording", id="directory"),
     ],
 )
@@ -432,9 +491,11 @@ def test_truncated_recording_reports_what_it_has(tmp_path) -> None:  # type: ign
 
 def test_newer_version_recording(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "new.jsonl"
-    p.write_text('{"kind":"session","t":1.0,"v":99,"command":["python","x.py"],"future":{"a":1}}\n'
-                 '{"kind":"hologram","t":1.5,"x":1}\n'
-                 '{"kind":"exit","t":2.0,"code":0,"signal":null}\n')
+    p.write_text(
+        '{"kind":"session","t":1.0,"v":99,"command":["python","x.py"],"future":{"a":1}}\n'
+        '{"kind":"hologram","t":1.5,"x":1}\n'
+        '{"kind":"exit","t":2.0,"code":0,"signal":null}\n'
+    )
     out = ctmon("report", str(p))
     one_line_error(out, "ctmon: recorded by a newer ctmon (protocol 99); showing what this version understands", code=0)
     assert "python x.py" in out.stdout
@@ -455,20 +516,38 @@ def test_newer_version_recording(tmp_path) -> None:  # type: ignore[no-untyped-d
         (["watch", "999999"], "ctmon: watch: no live ctmon session for '999999' (ctmon watch --list shows them)"),
         (["watch", "--frob"], "ctmon: watch: unknown option --frob (try: ctmon watch --help)"),
         (["watch", "1", "2"], "ctmon: watch: give at most one PID or session id"),
-        (["watch", "--connect", "127.0.0.1:7777"],
-         "ctmon: watch: --connect needs the session token (--token-file PATH or CTMON_TOKEN)"),
+        (
+            ["watch", "--connect", "127.0.0.1:7777"],
+            "ctmon: watch: --connect needs the session token (--token-file PATH or CTMON_TOKEN)",
+        ),
         (["watch", "--connect"], "ctmon: watch: --connect needs HOST:PORT"),
         (["watch", "--connect", "127.0.0.1:7777", "--token-file"], "ctmon: watch: --token-file needs a PATH"),
-        (["watch", "--connect", "127.0.0.1:7777", "--token", "secret"],
-         "ctmon: watch: --token is refused: a command line is visible to every local user; "
-         "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt"),
-        (["watch", "--connect", "127.0.0.1:7777", "--token-file", "/nonexistent/token"],
-         "ctmon: watch: cannot read --token-file /nonexistent/token: No such file or directory"),
+        (
+            ["watch", "--connect", "127.0.0.1:7777", "--token", "secret"],
+            "ctmon: watch: --token is refused: a command line is visible to every local user; "
+            "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt",
+        ),
+        (
+            ["watch", "--connect", "127.0.0.1:7777", "--token-file", "/nonexistent/token"],
+            "ctmon: watch: cannot read --token-file /nonexistent/token: No such file or directory",
+        ),
     ],
-    ids=["report no file", "report unknown option", "report two files", "report --fail-on no expr", "replay no file",
-         "replay two files", "watch unknown pid", "watch unknown option", "watch two keys", "watch no token",
-         "watch --connect no value", "watch --token-file no value", "watch --token refused",
-         "watch --token-file missing"],
+    ids=[
+        "report no file",
+        "report unknown option",
+        "report two files",
+        "report --fail-on no expr",
+        "replay no file",
+        "replay two files",
+        "watch unknown pid",
+        "watch unknown option",
+        "watch two keys",
+        "watch no token",
+        "watch --connect no value",
+        "watch --token-file no value",
+        "watch --token refused",
+        "watch --token-file missing",
+    ],
 )
 def test_viewer_command_misuse(argv, message) -> None:  # type: ignore[no-untyped-def]
     one_line_error(ctmon(*argv, env=env_with(CTMON_TOKEN="")), message)
@@ -476,8 +555,10 @@ def test_viewer_command_misuse(argv, message) -> None:  # type: ignore[no-untype
 
 def test_report_fail_on_garbage(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = _truncated(tmp_path).replace("cut", "full")
-    one_line_error(ctmon("report", rec, "--fail-on", "steps>"),
-                   "ctmon: bad --fail-on 'steps>': expected METRIC OP NUMBER, e.g. 'recompiles>2'")
+    one_line_error(
+        ctmon("report", rec, "--fail-on", "steps>"),
+        "ctmon: bad --fail-on 'steps>': expected METRIC OP NUMBER, e.g. 'recompiles>2'",
+    )
 
 
 def test_replay_needs_a_terminal(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -514,8 +595,9 @@ def test_attach_in_a_terminal_refuses_to_write_over_the_script(tmp_path) -> None
     tm = Tmux(str(tmp_path), _tmux_env(rt))
     try:
         tm.send(f"{PY} -m ctmon attach -o {script} {script}; echo RC=$?")
-        screen = tm.wait_for(lambda s: ("RC=" in s and s.rstrip().endswith(PROMPT.rstrip())) or "■ exited" in s, 30,
-                             "ctmon to answer")
+        screen = tm.wait_for(
+            lambda s: ("RC=" in s and s.rstrip().endswith(PROMPT.rstrip())) or "■ exited" in s, 30, "ctmon to answer"
+        )
         if "RC=" not in screen:  # the TUI came up and the job ran: leave it
             tm.keys("q")
             screen = tm.wait_for(lambda s: "RC=" in s, 30, "ctmon to return")

@@ -87,8 +87,11 @@ def test_watch_is_silent_while_all_is_well_and_repairs_each_change(monkeypatch) 
 
 
 def test_gate_fails_compile_budgets_only_when_compiles_were_lost() -> None:
-    report = {"compile": {"recompiles": 0, "compiles": 1}, "steps": {"count": 3},
-              "notes": [{"level": "warning", "source": "capture", "message": "off"}]}
+    report = {
+        "compile": {"recompiles": 0, "compiles": 1},
+        "steps": {"count": 3},
+        "notes": [{"level": "warning", "source": "capture", "message": "off"}],
+    }
     budgets = [gate.parse("recompiles>0"), gate.parse("steps>10")]
     (line,) = gate.broken(budgets, report)
     assert line.startswith("budget unverified: recompiles = 0")

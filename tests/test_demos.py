@@ -17,8 +17,14 @@ import sys
 from helpers import ROOT, assert_matches_torch_trace, env_with, marker_lines, record
 
 DEMOS = os.path.join(ROOT, "demos")
-DEMO_FILES = ["gpt_baseline.py", "recompile_storm.py", "graph_breaks.py", "cache_restart.py",
-              "compile_modes.py", "inference_buckets.py"]
+DEMO_FILES = [
+    "gpt_baseline.py",
+    "recompile_storm.py",
+    "graph_breaks.py",
+    "cache_restart.py",
+    "compile_modes.py",
+    "inference_buckets.py",
+]
 
 
 def demo(name: str) -> str:
@@ -33,7 +39,6 @@ def run_demo(tmp_path, name: str, *args: str, torch_trace: bool = False):
     assert rep["exit_code"] == 0
     assert "summary:" in run.proc.stdout, run.proc.stdout[-2000:]
     return run, rep
-
 
 
 def only_frame(rep, name: str):
@@ -161,8 +166,19 @@ def test_cache_restart_fix_hits_on_restart(tmp_path):
 
 
 def test_compile_modes_table_and_choice(tmp_path):
-    run, rep = run_demo(tmp_path, "compile_modes.py", "--backend", "aot_eager", "--modes", "eager,default",
-                        "--steps", "5", "--warmup", "2", "--fix")
+    run, rep = run_demo(
+        tmp_path,
+        "compile_modes.py",
+        "--backend",
+        "aot_eager",
+        "--modes",
+        "eager,default",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--fix",
+    )
     out = run.proc.stdout
     table = [ln for ln in out.splitlines() if ln.startswith(("eager ", "default "))]
     assert len(table) == 2, out
@@ -229,8 +245,14 @@ print(json.dumps(out))
 def test_every_demo_has_help_and_a_cuda_guard():
     import json
 
-    proc = subprocess.run([sys.executable, "-c", _PROBE, DEMOS, *DEMO_FILES], capture_output=True, text=True,
-                          env=env_with(), timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, DEMOS, *DEMO_FILES],
+        capture_output=True,
+        text=True,
+        env=env_with(),
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in DEMO_FILES:

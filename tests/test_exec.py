@@ -57,8 +57,10 @@ def test_exec_into_python_is_followed(tmp_path):
 
 def test_exec_into_another_program_is_noted(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text("import os, time\nprint('before', flush=True)\ntime.sleep(0.2)\n"
-                      "os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 4; echo after-exec'])\n")
+    script.write_text(
+        "import os, time\nprint('before', flush=True)\ntime.sleep(0.2)\n"
+        "os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 4; echo after-exec'])\n"
+    )
     run = record(tmp_path, [str(script)], torch_trace=False, timeout=120)
     assert run.returncode == 0, run.proc.stderr
     assert "after-exec" in run.proc.stdout
@@ -74,7 +76,8 @@ def test_events_queued_at_the_exec_are_sent_first(tmp_path):
         "from ctmon.agent.channel import Channel\n"
         "channel = next(o for o in gc.get_objects() if isinstance(o, Channel))\n"
         "channel.put(('event', {'kind': 'note', 't': 0.0, 'level': 'info', 'source': 'job', 'message': 'queued'}))\n"
-        "os.execv('/bin/true', ['/bin/true'])\n")
+        "os.execv('/bin/true', ['/bin/true'])\n"
+    )
     run = record(tmp_path, [str(tmp_path / "job.py")], torch_trace=False, timeout=120)
     assert run.returncode == 0, run.proc.stderr
     assert [e["message"] for e in run.events() if e["kind"] == "note" and e.get("source") == "job"] == ["queued"]

@@ -159,8 +159,9 @@ def reference_signalled(args: list[str], tmp: str, signals: list[signal.Signals]
     """The job run plainly with --end wait, then signalled like the ctmon run."""
     out, err = os.path.join(tmp, "ref.out"), os.path.join(tmp, "ref.err")
     with open(out, "wb") as fo, open(err, "wb") as fe:
-        p = subprocess.Popen([PY, JOB, *_fast(args)], env=env_with(), cwd=ROOT, stdout=fo, stderr=fe,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [PY, JOB, *_fast(args)], env=env_with(), cwd=ROOT, stdout=fo, stderr=fe, start_new_session=True
+        )
     try:
         wait_until(lambda: "WAITING" in _read(out), 30, "the plain job to wait")
         for sig in signals:
@@ -213,8 +214,13 @@ def has_exit(path: str) -> bool:
     return any(e["kind"] == "exit" for e in read_events(path)[0])
 
 
-def assert_complete(rec: str, steps: int, ref: Ref | None = None, *, expected_lines: list[str] | None = None,
-                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def assert_complete(
+    rec: str,
+    steps: int,
+    ref: Ref | None = None,
+    *,
+    expected_lines: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The recording is whole: events only, session first, one exit last, N steps, all output."""
     events, bad = read_events(rec)
     assert bad == 0, f"{bad} lines of {rec} are not events"
@@ -251,8 +257,16 @@ def step_lines(n: int, every: int, pad: int = 0) -> list[str]:
 class Record:
     """``ctmon record`` in the background (its own process group), output in files."""
 
-    def __init__(self, tmp: str, args: list[str], env: dict[str, str], *, rec: str | None = None,
-                 options: list[str] | None = None, target: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp: str,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        rec: str | None = None,
+        options: list[str] | None = None,
+        target: list[str] | None = None,
+    ) -> None:
         self.rec = rec or os.path.join(tmp, "rec.jsonl")
         self.out_path = os.path.join(tmp, "ctmon.out")
         self.err_path = os.path.join(tmp, "ctmon.err")
@@ -323,8 +337,13 @@ class Viewer:
         self.status_path = os.path.join(tmp, f"{name}.json")
         self.err_path = os.path.join(tmp, f"{name}.err")
         with open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([PY, VIEWER, sock, self.status_path, *extra], env=env_with(), cwd=ROOT,
-                                         stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(
+                [PY, VIEWER, sock, self.status_path, *extra],
+                env=env_with(),
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
 
     @property
     def pid(self) -> int:
@@ -427,8 +446,14 @@ def test_job_end_as_without_ctmon(tmp_path, rt, how, rc) -> None:  # type: ignor
         if how == "exception":
             assert ref.stderr and ref.stderr in run.stderr(), run.stderr()  # the same traceback, no ctmon frames
             assert run.stderr().count("Traceback") == 1
-        measure(f"job end: {how}", plain_rc=ref.rc, ctmon_rc=got, plain_steps=ref.steps,
-                steps=report["steps"]["count"], events=len(events))
+        measure(
+            f"job end: {how}",
+            plain_rc=ref.rc,
+            ctmon_rc=got,
+            plain_steps=ref.steps,
+            steps=report["steps"]["count"],
+            events=len(events),
+        )
 
 
 def test_never_attached_detached_supervisor(tmp_path, rt, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -454,8 +479,13 @@ def test_never_attached_detached_supervisor(tmp_path, rt, monkeypatch) -> None: 
     assert d.output_log == output_log_path(rec) == str(tmp_path / "detached.output.log")
     assert job_lines(_read(d.output_log)) == job_lines(ref.stdout)
     assert not os.path.exists(d.session_dir), "the session dir outlived its supervisor"
-    measure("never attached (detached supervisor)", plain_rc=ref.rc, exit_code=events[-1]["code"],
-            steps=report["steps"]["count"], output_log_lines=len(_read(d.output_log).splitlines()))
+    measure(
+        "never attached (detached supervisor)",
+        plain_rc=ref.rc,
+        exit_code=events[-1]["code"],
+        steps=report["steps"]["count"],
+        output_log_lines=len(_read(d.output_log).splitlines()),
+    )
 
 
 # ----------------------------------------------------------- viewer faults
@@ -488,8 +518,15 @@ def test_viewer_kill9_mid_run(tmp_path, rt) -> None:  # type: ignore[no-untyped-
         events, report = assert_complete(run.rec, ref.steps, ref)
         assert final["first"] == "session" and final["last"] == "exit"
         assert final["events"] == len(events) and final["steps"] == ref.steps
-        measure("viewer kill -9", plain_rc=ref.rc, ctmon_rc=rc, steps=report["steps"]["count"],
-                killed_after_events=st["events"], late_viewer_events=final["events"], recording_events=len(events))
+        measure(
+            "viewer kill -9",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps=report["steps"]["count"],
+            killed_after_events=st["events"],
+            late_viewer_events=final["events"],
+            recording_events=len(events),
+        )
 
 
 def test_viewer_stopped_30s_does_not_slow_the_job(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
@@ -500,8 +537,13 @@ def test_viewer_stopped_30s_does_not_slow_the_job(tmp_path, rt) -> None:  # type
     n, ms, pad = 3600, 10, 1000
     args = ["--steps", str(n), "--step-ms", str(ms), "--print-every", "1", "--line-bytes", str(pad)]
     # The pace without ctmon: the same steps, sleep included, on this machine.
-    base = subprocess.run([PY, JOB, "--steps", "300", "--step-ms", str(ms), "--print-every", "1", "--line-bytes",
-                           str(pad)], env=env_with(), capture_output=True, text=True, timeout=60)
+    base = subprocess.run(
+        [PY, JOB, "--steps", "300", "--step-ms", str(ms), "--print-every", "1", "--line-bytes", str(pad)],
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     base_step_s = job_info(base.stdout)["loop_s"] / 300  # type: ignore[index]
     with recording(tmp, args, env_for(rt)) as run:
         v = Viewer(tmp, viewer_socket(rt))
@@ -530,12 +572,23 @@ def test_viewer_stopped_30s_does_not_slow_the_job(tmp_path, rt) -> None:  # type
         events, report = assert_complete(run.rec, n, expected_lines=step_lines(n, 1, pad))
         assert lines_at_cont - lines_at_stop > 1000, "the recording did not grow while the viewer was stopped"
         assert final["events"] == len(events) and final["last"] == "exit" and final["steps"] == n
-        measure("viewer SIGSTOP 30 s", rc=rc, steps=report["steps"]["count"], plain_step_ms=round(base_step_s * 1e3, 3),
-                step_ms=round(step_s * 1e3, 3), max_gap_s=info["max_gap_s"], loop_s=info["loop_s"],
-                stopped_s=round(cont_at - stopped_at, 1), events_before_stop=before["events"],
-                recording_grew_by=lines_at_cont - lines_at_stop, catch_up_s=round(catch_up_s, 2),
-                viewer_events=final["events"], recording_events=len(events),
-                recording_mb=round(os.path.getsize(run.rec) / 2**20, 1), caught_events=caught["events"])
+        measure(
+            "viewer SIGSTOP 30 s",
+            rc=rc,
+            steps=report["steps"]["count"],
+            plain_step_ms=round(base_step_s * 1e3, 3),
+            step_ms=round(step_s * 1e3, 3),
+            max_gap_s=info["max_gap_s"],
+            loop_s=info["loop_s"],
+            stopped_s=round(cont_at - stopped_at, 1),
+            events_before_stop=before["events"],
+            recording_grew_by=lines_at_cont - lines_at_stop,
+            catch_up_s=round(catch_up_s, 2),
+            viewer_events=final["events"],
+            recording_events=len(events),
+            recording_mb=round(os.path.getsize(run.rec) / 2**20, 1),
+            caught_events=caught["events"],
+        )
 
 
 def _open_fds(pid: int) -> int:
@@ -581,8 +634,15 @@ def test_attach_detach_ten_times(tmp_path, rt) -> None:  # type: ignore[no-untyp
         events, report = assert_complete(run.rec, ref.steps, ref)
         assert fds_after == fds_before, (fds_before, fds_after)
         assert final["events"] == len(events) and final["steps"] == ref.steps
-        measure("attach/detach x10", plain_rc=ref.rc, ctmon_rc=rc, steps=report["steps"]["count"],
-                viewer_events=seen, supervisor_fds=[fds_before, fds_after], last_viewer_events=final["events"])
+        measure(
+            "attach/detach x10",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps=report["steps"]["count"],
+            viewer_events=seen,
+            supervisor_fds=[fds_before, fds_after],
+            last_viewer_events=final["events"],
+        )
 
 
 # ------------------------------------------------------ supervisor faults
@@ -623,9 +683,16 @@ def test_step_ring_overflow_counts_drops(tmp_path, rt, warmup) -> None:  # type:
         received = sum(len(e["ns"]) for e in events if e["kind"] == "steps")
         drops = max((e.get("steps", 0) for e in events if e["kind"] == "drops"), default=0)
         srcs = {e["src"] for e in events if e["kind"] == "steps"}
-        measure(f"step ring overflow ({'mid-run' if warmup else 'from the first step'})", plain_rc=ref.rc, ctmon_rc=rc,
-                steps_written=total, steps_received=received, drops_steps=drops, sources=sorted(srcs),
-                job_steps_s=round(steps_s, 2))
+        measure(
+            f"step ring overflow ({'mid-run' if warmup else 'from the first step'})",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps_written=total,
+            steps_received=received,
+            drops_steps=drops,
+            sources=sorted(srcs),
+            job_steps_s=round(steps_s, 2),
+        )
         assert drops > 0, "nothing was dropped: the ring did not overflow"
         assert srcs == {"api"}, f"steps events name the source {srcs}"
         assert received + drops == total, (received, drops, total)
@@ -665,8 +732,16 @@ def test_event_queue_overflow_counts_drops(tmp_path, rt) -> None:  # type: ignor
         drops = max((e.get("events", 0) for e in events if e["kind"] == "drops"), default=0)
         info = job_info(stdout_of(events))
         assert info is not None
-        measure("event queue overflow", plain_rc=ref.rc, ctmon_rc=rc, records_written=n, received=received,
-                drops_events=drops, plain_trace_s=ref_trace_s, ctmon_trace_s=info["trace_s"])
+        measure(
+            "event queue overflow",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            records_written=n,
+            received=received,
+            drops_events=drops,
+            plain_trace_s=ref_trace_s,
+            ctmon_trace_s=info["trace_s"],
+        )
         assert drops > 0, "nothing was dropped: the queue did not overflow"
         assert received + drops == n, (received, drops, n)
         assert received >= EVENT_QUEUE_MAX, received
@@ -689,8 +764,13 @@ def test_signal_to_ctmon_is_forwarded(tmp_path, rt, sig) -> None:  # type: ignor
         assert rc == ref.rc, run.stderr()
         events, report = assert_complete(run.rec, 50, ref)
         assert any(e["kind"] == "note" and f"sent {sig.name} to the job" in e.get("message", "") for e in events)
-        measure(f"{sig.name} to ctmon record", plain_rc=ref.rc, ctmon_rc=rc, steps=report["steps"]["count"],
-                exit_signal=events[-1]["signal"])
+        measure(
+            f"{sig.name} to ctmon record",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps=report["steps"]["count"],
+            exit_signal=events[-1]["signal"],
+        )
 
 
 def test_ctrl_c_to_the_process_group(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
@@ -707,8 +787,13 @@ def test_ctrl_c_to_the_process_group(tmp_path, rt) -> None:  # type: ignore[no-u
         assert rc == ref.rc, run.stderr()
         assert run.stderr().count("Traceback") == 1 and "KeyboardInterrupt" in run.stderr()
         events, report = assert_complete(run.rec, 50, ref)
-        measure("SIGINT to the process group", plain_rc=ref.rc, ctmon_rc=rc, steps=report["steps"]["count"],
-                exit_signal=events[-1]["signal"])
+        measure(
+            "SIGINT to the process group",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps=report["steps"]["count"],
+            exit_signal=events[-1]["signal"],
+        )
 
 
 # -------------------------------------------------------------- disk full
@@ -751,8 +836,9 @@ def test_disk_full_then_freed(tmp_path, rt, small_tmpfs) -> None:  # type: ignor
     ref = reference(args)
     rec = os.path.join(small_tmpfs, "rec.jsonl")
     with recording(tmp, args, env_for(rt), rec=rec) as run:
-        wait_until(lambda: "cannot write the recording" in run.stderr() or run.proc.poll() is not None, 30,
-                   "the disk to fill")
+        wait_until(
+            lambda: "cannot write the recording" in run.stderr() or run.proc.poll() is not None, 30, "the disk to fill"
+        )
         assert "cannot write the recording (No space left on device)" in run.stderr(), run.stderr()
         time.sleep(1.0)  # full for a while: events wait in memory
         os.unlink(filler)
@@ -763,9 +849,17 @@ def test_disk_full_then_freed(tmp_path, rt, small_tmpfs) -> None:  # type: ignor
         assert info is not None and info["max_gap_s"] < 1.0, info
         events, report = assert_complete(rec, n, ref)
         assert not [e for e in events if e["kind"] == "note" and "lost" in str(e.get("message"))]
-        measure("disk full, then freed", plain_rc=ref.rc, ctmon_rc=rc, steps=report["steps"]["count"],
-                max_gap_s=info["max_gap_s"], loop_s=info["loop_s"], nominal_loop_s=n * 2 / 1000,
-                recording_kb=os.path.getsize(rec) // 1024, events=len(events))
+        measure(
+            "disk full, then freed",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            steps=report["steps"]["count"],
+            max_gap_s=info["max_gap_s"],
+            loop_s=info["loop_s"],
+            nominal_loop_s=n * 2 / 1000,
+            recording_kb=os.path.getsize(rec) // 1024,
+            events=len(events),
+        )
 
 
 def test_recording_to_dev_full_never_blocks_the_job(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
@@ -779,8 +873,13 @@ def test_recording_to_dev_full_never_blocks_the_job(tmp_path, rt) -> None:  # ty
         assert "ctmon: cannot write the recording (No space left on device)" in err
         assert "ctmon: 20000 steps (api)" in err  # the summary, from what was held in memory
         assert "Traceback" not in err
-        measure("recording to /dev/full", plain_rc=ref.rc, ctmon_rc=rc, summary_steps=20000,
-                duration_s=round(time.monotonic() - run.started, 2))
+        measure(
+            "recording to /dev/full",
+            plain_rc=ref.rc,
+            ctmon_rc=rc,
+            summary_steps=20000,
+            duration_s=round(time.monotonic() - run.started, 2),
+        )
 
 
 # ------------------------------------------------------------------- soak
@@ -814,11 +913,20 @@ def test_soak_a_million_events_bounded_memory(tmp_path, rt) -> None:  # type: ig
     assert final["events"] == len(events) and final["steps"] == n
     assert final["unknown"].get("x_soak") == raw and final["output_lines"] == n // every + 1
     job_events = n + n // every + 1 + raw + kinds.get("compile", 0) + kinds.get("compile_start", 0)
-    measure("1M-event soak", rc=rc, steps=report["steps"]["count"], job_events=job_events, recording_events=len(events),
-            recording_mb=round(os.path.getsize(run.rec) / 2**20, 1), kinds=kinds,
-            supervisor_peak_rss_mb=round(rss.peak.get("supervisor", 0), 1),
-            viewer_peak_rss_mb=round(rss.peak.get("viewer", 0), 1), viewer_maxrss_mb=final["max_rss_mb"],
-            rss_samples=rss.samples, duration_s=round(time.monotonic() - run.started, 1))
+    measure(
+        "1M-event soak",
+        rc=rc,
+        steps=report["steps"]["count"],
+        job_events=job_events,
+        recording_events=len(events),
+        recording_mb=round(os.path.getsize(run.rec) / 2**20, 1),
+        kinds=kinds,
+        supervisor_peak_rss_mb=round(rss.peak.get("supervisor", 0), 1),
+        viewer_peak_rss_mb=round(rss.peak.get("viewer", 0), 1),
+        viewer_maxrss_mb=final["max_rss_mb"],
+        rss_samples=rss.samples,
+        duration_s=round(time.monotonic() - run.started, 1),
+    )
     assert len(events) >= 1_000_000
     assert 0 < rss.peak["supervisor"] < 150, rss.peak
     assert 0 < rss.peak["viewer"] < 150 and final["max_rss_mb"] < 150, (rss.peak, final)
@@ -947,14 +1055,36 @@ def _steps_in(rec: str) -> int:
 def assert_terminal_restored(tm: Tmux, status: int, timeout: float = 30) -> str:
     """Back at a working shell prompt: the TUI's screen gone, no alternate
     screen or mouse reporting left, the tty cooked with echo."""
-    screen = tm.wait_for(lambda s: f"RC={status}" in s and s.rstrip().endswith(PROMPT.rstrip()), timeout,
-                         f"RC={status} and a shell prompt")
+    screen = tm.wait_for(
+        lambda s: f"RC={status}" in s and s.rstrip().endswith(PROMPT.rstrip()),
+        timeout,
+        f"RC={status} and a shell prompt",
+    )
     assert "─ Steps" not in screen and "─ Compilation" not in screen, screen
-    flags = {f: tm.flag(f) for f in ("alternate_on", "mouse_any_flag", "mouse_all_flag", "mouse_button_flag",
-                                     "mouse_sgr_flag", "cursor_flag", "keypad_cursor_flag")}
-    assert flags == {"alternate_on": "0", "mouse_any_flag": "0", "mouse_all_flag": "0", "mouse_button_flag": "0",
-                     "mouse_sgr_flag": "0", "cursor_flag": "1", "keypad_cursor_flag": "0"}, flags
-    tm.send("echo TTY: $(stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig|opost)' | tr '\\n' ' ')=$((6*7))")
+    flags = {
+        f: tm.flag(f)
+        for f in (
+            "alternate_on",
+            "mouse_any_flag",
+            "mouse_all_flag",
+            "mouse_button_flag",
+            "mouse_sgr_flag",
+            "cursor_flag",
+            "keypad_cursor_flag",
+        )
+    }
+    assert flags == {
+        "alternate_on": "0",
+        "mouse_any_flag": "0",
+        "mouse_all_flag": "0",
+        "mouse_button_flag": "0",
+        "mouse_sgr_flag": "0",
+        "cursor_flag": "1",
+        "keypad_cursor_flag": "0",
+    }, flags
+    tm.send(
+        "echo TTY: $(stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig|opost)' | tr '\\n' ' ')=$((6*7))"
+    )
     after = tm.wait_for(lambda s: "=42" in s.split("echo TTY:")[-1], 15, "the shell to answer")
     tty = next(ln for ln in after.splitlines() if ln.startswith("TTY:") and "=42" in ln)
     assert sorted(tty.split("=")[0].split()[1:]) == ["echo", "icanon", "isig", "opost"], tty
@@ -970,7 +1100,10 @@ TUI_CASES = {
     "q then y (stop)": (["--steps", "100", "--print-every", "10", "--end", "wait"], 128 + signal.SIGTERM),
     "job crash, then q": (["--steps", "300", "--step-ms", "3", "--print-every", "50", "--end", "exception"], 1),
     "Ctrl-C": (["--steps", "100", "--print-every", "10", "--end", "wait"], 128 + signal.SIGINT),
-    "Ctrl-C twice": (["--steps", "100", "--print-every", "10", "--ignore-sigint", "--end", "wait"], 128 + signal.SIGKILL),
+    "Ctrl-C twice": (
+        ["--steps", "100", "--print-every", "10", "--ignore-sigint", "--end", "wait"],
+        128 + signal.SIGKILL,
+    ),
     "viewer SIGTERM": (["--steps", "600", "--step-ms", "10", "--print-every", "10"], 0),
     "q then d (leave running), watch, q": (["--steps", "700", "--step-ms", "10", "--print-every", "10"], 0),
 }
@@ -1047,8 +1180,11 @@ def test_tui_exit_restores_the_terminal(tmp_path, rt, case) -> None:  # type: ig
             wait_until(lambda: not alive(job_pid), 15, "the job process to go")
             ref_args = args
             if "--end" in args and args[args.index("--end") + 1] == "wait":
-                sigs = {"q then y (stop)": [signal.SIGTERM], "Ctrl-C": [signal.SIGINT],
-                        "Ctrl-C twice": [signal.SIGINT, signal.SIGKILL]}[case]
+                sigs = {
+                    "q then y (stop)": [signal.SIGTERM],
+                    "Ctrl-C": [signal.SIGINT],
+                    "Ctrl-C twice": [signal.SIGINT, signal.SIGKILL],
+                }[case]
                 ref = reference_signalled(ref_args, str(tmp_path), sigs, group=True)
             else:
                 ref = reference(ref_args, str(tmp_path))
@@ -1056,8 +1192,13 @@ def test_tui_exit_restores_the_terminal(tmp_path, rt, case) -> None:  # type: ig
             events, report = assert_complete(rec, ref.steps, ref)
             log = _read(output_log_path(rec))
             assert job_lines(log)[: len(job_lines(ref.stdout))] == job_lines(ref.stdout)
-            measure(f"TUI: {case}", plain_status=status_of(ref.rc), shell_status=status,
-                    steps=report["steps"]["count"], exit=events[-1])
+            measure(
+                f"TUI: {case}",
+                plain_status=status_of(ref.rc),
+                shell_status=status,
+                steps=report["steps"]["count"],
+                exit=events[-1],
+            )
         finally:
             _end(job_pid, *viewers)
 
@@ -1100,9 +1241,15 @@ def test_attach_job_outlives_its_viewer(tmp_path, rt, how) -> None:  # type: ign
         assert events[0]["mode"] == "attach"
         log = output_log_path(rec)
         assert os.path.dirname(log) == str(tmp_path) and job_lines(_read(log)) == job_lines(ref.stdout)
-        measure(f"attach: {how}", plain_rc=ref.rc, exit_code=events[-1]["code"], steps=report["steps"]["count"],
-                steps_when_the_viewer_was_gone=steps_then, output_log_lines=len(_read(log).splitlines()),
-                terminal_left=flags)
+        measure(
+            f"attach: {how}",
+            plain_rc=ref.rc,
+            exit_code=events[-1]["code"],
+            steps=report["steps"]["count"],
+            steps_when_the_viewer_was_gone=steps_then,
+            output_log_lines=len(_read(log).splitlines()),
+            terminal_left=flags,
+        )
     finally:
         tm.kill_server()
         _end(job_pid, viewer.pid if viewer is not None else None)

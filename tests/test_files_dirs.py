@@ -24,8 +24,9 @@ EARLIER = '{"kind":"session","t":1.0,"v":1}\n'
 
 
 def ctmon(*args: str, env: dict[str, str] | None = None, cwd: str = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "ctmon", *args], env=env or env_with(), cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [PY, "-m", "ctmon", *args], env=env or env_with(), cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def marker_script(d: str) -> tuple[str, str]:
@@ -90,8 +91,14 @@ def test_output_into_a_missing_directory_creates_it(tmp_path) -> None:  # type: 
 def test_second_record_to_the_same_file_is_refused_and_the_first_is_unharmed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = str(tmp_path / "same.jsonl")
     release = str(tmp_path / "release")
-    first = subprocess.Popen([PY, "-m", "ctmon", "record", "-q", "-o", rec, WAIT, release], env=env_with(), cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [PY, "-m", "ctmon", "record", "-q", "-o", rec, WAIT, release],
+        env=env_with(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert first.stdout is not None
         assert first.stdout.readline().strip() == "ready"

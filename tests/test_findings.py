@@ -34,7 +34,6 @@ def source(name: str) -> str:
         return f.read()
 
 
-
 def def_line(path: str, name: str) -> int:
     with open(path) as f:
         for i, line in enumerate(f, 1):
@@ -75,8 +74,9 @@ def record_all(base: Any, jobs: dict[str, dict[str, Any]]) -> dict[str, Recorded
     """Record several workloads, PARALLEL at a time; each job: target, env, options, rc."""
 
     def one(name: str, job: dict[str, Any]) -> Recorded:
-        run = record(base / name, job["target"], torch_trace=False, extra_env=job.get("env"),
-                     options=job.get("options"))
+        run = record(
+            base / name, job["target"], torch_trace=False, extra_env=job.get("env"), options=job.get("options")
+        )
         return Recorded(run, job.get("rc", 0))
 
     with ThreadPoolExecutor(PARALLEL) as pool:
@@ -93,10 +93,13 @@ GATE = ["--fail-on", "recompiles>1", "--fail-on", "limit_hits>0"]
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
     path = wl("shape_storm.py")
-    return record_all(tmp_path_factory.mktemp("shapes"), {
-        "broken": {"target": [path], "options": GATE, "rc": 3},
-        "fixed": {"target": [path, "--fix"], "options": GATE},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("shapes"),
+        {
+            "broken": {"target": [path], "options": GATE, "rc": 3},
+            "fixed": {"target": [path, "--fix"], "options": GATE},
+        },
+    )
 
 
 def test_recompile_limit_is_critical_and_names_the_users_function(shapes):
@@ -147,10 +150,13 @@ def test_record_gate_exits_3_with_a_line_per_broken_budget(shapes):
 @pytest.fixture(scope="module")
 def scalars(tmp_path_factory):
     path = wl("scalar_recompiles.py")
-    return record_all(tmp_path_factory.mktemp("scalars"), {
-        "broken": {"target": [path]},
-        "fixed": {"target": [path, "--fix"]},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("scalars"),
+        {
+            "broken": {"target": [path]},
+            "fixed": {"target": [path, "--fix"]},
+        },
+    )
 
 
 def test_item_value_after_a_graph_break(scalars):
@@ -158,8 +164,10 @@ def test_item_value_after_a_graph_break(scalars):
     item_line = marker_lines(path)["item"]
     f = scalars["broken"].one("scalar-recompiles", line=item_line)
     assert f["severity"] == "warning" and f["file"] == path
-    assert f["title"] == (f"normalize (resumed at line {item_line}) recompiles for every new value of the number "
-                          f"produced at line {item_line} (`scale = total.item()`)")
+    assert f["title"] == (
+        f"normalize (resumed at line {item_line}) recompiles for every new value of the number "
+        f"produced at line {item_line} (`scale = total.item()`)"
+    )
     assert "`return x / scale`" in f["detail"] and "bakes that number in as a constant" in f["detail"]
     assert f["fix"].startswith("Keep the value a tensor")
     assert any(e.startswith("values seen: ") for e in f["evidence"])
@@ -188,27 +196,46 @@ def test_keeping_scalars_tensors_removes_the_findings(scalars):
 @pytest.fixture(scope="module")
 def guards(tmp_path_factory):
     path = wl("guard_recompiles.py")
-    return record_all(tmp_path_factory.mktemp("guards"), {
-        "broken": {"target": [path]},
-        "fixed": {"target": [path, "--fix"]},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("guards"),
+        {
+            "broken": {"target": [path]},
+            "fixed": {"target": [path, "--fix"]},
+        },
+    )
 
 
-@pytest.mark.parametrize("frame,kind,name,severity,what,fix_words", [
-    ("featurize", "dtype", "x", "warning", "a tensor's dtype changed", ["x.to(torch.float32)"]),
-    ("Net.forward", "module_attribute", "self.step", "warning", "a module attribute changed",
-     ["register_buffer('step', torch.zeros((), dtype=torch.long))", "self.step.fill_(value)"]),
-    ("jitter", "global", "NOISE_STEP", "warning", "a global variable changed", ["torch.tensor(NOISE_STEP)"]),
-    ("Head.forward", "training", "self.drop.training", "info", "module.training changed (train() / eval())",
-     ["uncompiled module"]),
-    ("smooth", "requires_grad", "h", "info", "a tensor's requires_grad changed", ["h.detach()"]),
-])
+@pytest.mark.parametrize(
+    "frame,kind,name,severity,what,fix_words",
+    [
+        ("featurize", "dtype", "x", "warning", "a tensor's dtype changed", ["x.to(torch.float32)"]),
+        (
+            "Net.forward",
+            "module_attribute",
+            "self.step",
+            "warning",
+            "a module attribute changed",
+            ["register_buffer('step', torch.zeros((), dtype=torch.long))", "self.step.fill_(value)"],
+        ),
+        ("jitter", "global", "NOISE_STEP", "warning", "a global variable changed", ["torch.tensor(NOISE_STEP)"]),
+        (
+            "Head.forward",
+            "training",
+            "self.drop.training",
+            "info",
+            "module.training changed (train() / eval())",
+            ["uncompiled module"],
+        ),
+        ("smooth", "requires_grad", "h", "info", "a tensor's requires_grad changed", ["h.detach()"]),
+    ],
+)
 def test_other_guard_kinds_are_named(guards, frame, kind, name, severity, what, fix_words):
     r = guards["broken"]
     (f,) = [f for f in r.rule("guard-recompiles") if f["id"].endswith(f":{kind}:{name}")]
     assert f["severity"] == severity
-    assert re.fullmatch(rf"{re.escape(frame)} recompiled \d+× because {re.escape(what)}: {re.escape(name)}",
-                        f["title"]), f["title"]
+    assert re.fullmatch(
+        rf"{re.escape(frame)} recompiled \d+× because {re.escape(what)}: {re.escape(name)}", f["title"]
+    ), f["title"]
     assert f"Guard kind: {kind}." in f["detail"]
     assert f["file"] == wl("guard_recompiles.py")
     for w in fix_words:
@@ -217,8 +244,14 @@ def test_other_guard_kinds_are_named(guards, frame, kind, name, severity, what, 
 
 def test_other_guard_fixes_are_what_the_workload_applies(guards):
     src = source("guard_recompiles.py")
-    for practice in ('register_buffer("step", torch.zeros((), dtype=torch.long))', "net.step.fill_(step)",
-                     "torch.tensor(step)", "raw.to(torch.float32)", "h.detach()", "(head if args.fix else head_c)"):
+    for practice in (
+        'register_buffer("step", torch.zeros((), dtype=torch.long))',
+        "net.step.fill_(step)",
+        "torch.tensor(step)",
+        "raw.to(torch.float32)",
+        "h.detach()",
+        "(head if args.fix else head_c)",
+    ):
         assert practice in src
     (attr,) = [f for f in guards["broken"].rule("guard-recompiles") if f["id"].endswith(":module_attribute:self.step")]
     assert "Dynamo's hint: torch.compile considers integer attributes" in attr["detail"]
@@ -238,20 +271,29 @@ def test_applying_the_guard_fixes_removes_the_findings(guards):
 def breaks(tmp_path_factory):
     path = wl("graph_break_zoo.py")
     options = ["--fail-on", "recompiles>1", "--fail-on", "graph_breaks>0"]
-    return record_all(tmp_path_factory.mktemp("breaks"), {
-        "broken": {"target": [path], "options": options, "rc": 3},
-        "fixed": {"target": [path, "--fix"], "options": options},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("breaks"),
+        {
+            "broken": {"target": [path], "options": options, "rc": 3},
+            "fixed": {"target": [path, "--fix"], "options": options},
+        },
+    )
 
 
-@pytest.mark.parametrize("marker,cat,fix_words", [
-    ("print", "logging", ["torch._dynamo.config.reorderable_logging_functions"]),
-    ("item", "scalar-output", ["capture_scalar_outputs", "Keep the value a tensor"]),
-    ("branch", "data-dependent-branch", ["torch.where", "torch.cond"]),
-    ("numpy", "numpy", ["For np.digitize use torch.bucketize(x, boundaries, right=True)."]),
-    ("call", "unsupported-call", ["`time.time()`", "outside the compiled function", "torch.library.custom_op",
-                                  "allow_in_graph"]),
-])
+@pytest.mark.parametrize(
+    "marker,cat,fix_words",
+    [
+        ("print", "logging", ["torch._dynamo.config.reorderable_logging_functions"]),
+        ("item", "scalar-output", ["capture_scalar_outputs", "Keep the value a tensor"]),
+        ("branch", "data-dependent-branch", ["torch.where", "torch.cond"]),
+        ("numpy", "numpy", ["For np.digitize use torch.bucketize(x, boundaries, right=True)."]),
+        (
+            "call",
+            "unsupported-call",
+            ["`time.time()`", "outside the compiled function", "torch.library.custom_op", "allow_in_graph"],
+        ),
+    ],
+)
 def test_graph_breaks_by_cause_at_the_users_line(breaks, marker, cat, fix_words):
     path = wl("graph_break_zoo.py")
     line = marker_lines(path)[marker]
@@ -276,8 +318,13 @@ def test_one_off_break_ranks_below_the_loop_breaks(breaks):
 
 def test_removing_the_breaks_removes_the_findings(breaks):
     src = source("graph_break_zoo.py")
-    for practice in ("reorderable_logging_functions.add(print)", "torch.where(", "torch.bucketize(",
-                     "model.last_forward_t = time.time()", "summary.tolist()"):
+    for practice in (
+        "reorderable_logging_functions.add(print)",
+        "torch.where(",
+        "torch.bucketize(",
+        "model.last_forward_t = time.time()",
+        "summary.tolist()",
+    ):
         assert practice in src
     r = breaks["fixed"]
     assert r.rep["compile"]["graph_breaks"] == 0 and not r.rule("graph-breaks") and r.loud() == []
@@ -299,21 +346,29 @@ def test_gate_on_breaks_and_recompiles(breaks):
 def caches(tmp_path_factory):
     base = tmp_path_factory.mktemp("caches")
     path = wl("cache_runs.py")
-    warm_dir, bypass_dir, fixed_dir, off_dir = (str(base / d) for d in ("warm-dir", "bypass-dir", "fixed-dir", "off-dir"))
+    warm_dir, bypass_dir, fixed_dir, off_dir = (
+        str(base / d) for d in ("warm-dir", "bypass-dir", "fixed-dir", "off-dir")
+    )
 
     def env(d: str, **kw: str) -> dict[str, str]:
         return {"TORCHINDUCTOR_CACHE_DIR": d, **kw}
 
-    first = record_all(base, {
-        "warm": {"target": [path], "env": env(warm_dir)},
-        "bypass": {"target": [path, "--allow-in-graph"], "env": env(bypass_dir)},
-        "bypass-fixed": {"target": [path, "--allow-in-graph", "--fix"], "env": env(fixed_dir)},
-        "disabled": {"target": [path], "env": env(off_dir, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")},
-    })
-    again = record_all(base, {
-        "changed-config": {"target": [path, "--tuned"], "env": env(warm_dir)},
-        "same-config": {"target": [path], "env": env(warm_dir)},
-    })
+    first = record_all(
+        base,
+        {
+            "warm": {"target": [path], "env": env(warm_dir)},
+            "bypass": {"target": [path, "--allow-in-graph"], "env": env(bypass_dir)},
+            "bypass-fixed": {"target": [path, "--allow-in-graph", "--fix"], "env": env(fixed_dir)},
+            "disabled": {"target": [path], "env": env(off_dir, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")},
+        },
+    )
+    again = record_all(
+        base,
+        {
+            "changed-config": {"target": [path, "--tuned"], "env": env(warm_dir)},
+            "same-config": {"target": [path], "env": env(warm_dir)},
+        },
+    )
     return {**first, **again}
 
 
@@ -328,8 +383,11 @@ def test_misses_where_hits_were_expected(caches):
     f = r.one("caches")
     assert f["id"] == "cache:expected-hits" and f["severity"] == "warning"
     d = caches["warm"].rep["cache"]["cache_dir"]
-    assert re.fullmatch(rf"FX graph cache missed \d+×: none of the \d+ entries already in {re.escape(d)} matched "
-                        "this run's graphs", f["title"])
+    assert re.fullmatch(
+        rf"FX graph cache missed \d+×: none of the \d+ entries already in {re.escape(d)} matched "
+        "this run's graphs",
+        f["title"],
+    )
     assert (f["file"], f["line"]) == (wl("cache_runs.py"), def_line(wl("cache_runs.py"), "forward"))
     assert "same config" in f["fix"] and "TORCHINDUCTOR_CACHE_DIR" in f["fix"]
 
@@ -368,18 +426,22 @@ def test_disabled_caches(caches):
 @pytest.fixture(scope="module")
 def late(tmp_path_factory):
     path = wl("late_shape.py")
-    return record_all(tmp_path_factory.mktemp("late"), {
-        "broken": {"target": [path]},
-        "fixed": {"target": [path, "--fix"]},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("late"),
+        {
+            "broken": {"target": [path]},
+            "fixed": {"target": [path, "--fix"]},
+        },
+    )
 
 
 def test_compile_cost_with_per_frame_evidence(late):
     r = late["broken"]
     f = r.one("compile-cost")
     assert f["severity"] == "info" and re.match(r"Compilation took \d+\.\d s \(\d+% of the \d+\.\d s run\)", f["title"])
-    assert re.match(rf"Sequential at {re.escape(wl('late_shape.py'))}:\d+: \d+\.\d\d s in 2 compile\(s\)",
-                    f["evidence"][0]), f["evidence"]
+    assert re.match(
+        rf"Sequential at {re.escape(wl('late_shape.py'))}:\d+: \d+\.\d\d s in 2 compile\(s\)", f["evidence"][0]
+    ), f["evidence"]
     assert any(e.startswith("recompiles alone: ") for e in f["evidence"])
 
 
@@ -409,8 +471,10 @@ def test_cudagraph_skips_in_a_recording(late, tmp_path):
     # Only a GPU run can skip CUDA graphs. Until a GPU recording fixture exists,
     # take this real recording and give its compile the cudagraph_skip_reason
     # that PyTorch writes into compilation_metrics (Inductor, reduce-overhead).
-    reason = ("skipping cudagraphs due to cpu device (arange). Found from : \n   File "
-              f'"{wl("late_shape.py")}", line 28, in train_step\n    loss = cmodel(x).pow(2).mean()\n')
+    reason = (
+        "skipping cudagraphs due to cpu device (arange). Found from : \n   File "
+        f'"{wl("late_shape.py")}", line 28, in train_step\n    loss = cmodel(x).pow(2).mean()\n'
+    )
     out = tmp_path / "cudagraphs.jsonl"
     with open(late["broken"].path) as src, open(out, "w") as dst:
         for line in src:
@@ -432,10 +496,13 @@ def test_cudagraph_skips_in_a_recording(late, tmp_path):
 def gpu(tmp_path_factory):
     env_path = os.pathsep.join([FAKES, ROOT, os.environ.get("PYTHONPATH", "")])
     target = [workload("train_loop.py"), "1000"]
-    return record_all(tmp_path_factory.mktemp("gpu"), {
-        "idle": {"target": target, "env": {"PYTHONPATH": env_path, "CTMON_FAKE_NVML_UTIL": "5"}},
-        "busy": {"target": target, "env": {"PYTHONPATH": env_path, "CTMON_FAKE_NVML_UTIL": "95"}},
-    })
+    return record_all(
+        tmp_path_factory.mktemp("gpu"),
+        {
+            "idle": {"target": target, "env": {"PYTHONPATH": env_path, "CTMON_FAKE_NVML_UTIL": "5"}},
+            "busy": {"target": target, "env": {"PYTHONPATH": env_path, "CTMON_FAKE_NVML_UTIL": "95"}},
+        },
+    )
 
 
 def test_idle_gpu_while_steps_run(gpu):
@@ -460,8 +527,12 @@ def test_clean_run_on_a_busy_gpu_has_no_warning(gpu):
 
 
 def test_a_failing_jobs_exit_code_wins_over_budgets(tmp_path):
-    run = record(tmp_path, [workload("crash.py"), "sysexit"], torch_trace=False,
-                 options=["--fail-on", "compiles>0", "--fail-on", "compile_time_s>0"])
+    run = record(
+        tmp_path,
+        [workload("crash.py"), "sysexit"],
+        torch_trace=False,
+        options=["--fail-on", "compiles>0", "--fail-on", "compile_time_s>0"],
+    )
     assert run.returncode == 4, run.proc.stderr[-2000:]
     assert "ctmon: budget broken: compiles = 1 (fails when compiles > 0)" in run.proc.stderr
     assert "ctmon: budget broken: compile_time_s = " in run.proc.stderr
@@ -474,8 +545,10 @@ def test_report_gate(shapes, breaks, late):
 
     p = gate(breaks["broken"], "recompiles>1", "graph_breaks>0")
     assert p.returncode == 3 and json.loads(p.stdout)["compile"]["graph_breaks"] > 0
-    assert [ln.split(" = ")[0] for ln in p.stderr.splitlines()] == ["ctmon: budget broken: recompiles",
-                                                                     "ctmon: budget broken: graph_breaks"]
+    assert [ln.split(" = ")[0] for ln in p.stderr.splitlines()] == [
+        "ctmon: budget broken: recompiles",
+        "ctmon: budget broken: graph_breaks",
+    ]
     p = gate(breaks["fixed"], "recompiles>1", "graph_breaks>0")
     assert (p.returncode, p.stderr) == (0, "")
     p = gate(shapes["broken"], "limit_hits>0")
@@ -489,12 +562,15 @@ def test_report_gate(shapes, breaks, late):
     assert p.returncode == 3 and "budget broken: graph_breaks" in p.stderr
 
 
-@pytest.mark.parametrize("expr,words", [
-    ("recompiles>>1", "expected METRIC OP NUMBER"),
-    ("recompiles", "expected METRIC OP NUMBER"),
-    ("speed>1", "unknown metric 'speed'"),
-    ("recompiles>one", "expected METRIC OP NUMBER"),
-])
+@pytest.mark.parametrize(
+    "expr,words",
+    [
+        ("recompiles>>1", "expected METRIC OP NUMBER"),
+        ("recompiles", "expected METRIC OP NUMBER"),
+        ("speed>1", "unknown metric 'speed'"),
+        ("recompiles>one", "expected METRIC OP NUMBER"),
+    ],
+)
 def test_bad_budget_expressions(shapes, tmp_path, expr, words):
     p = ctmon("report", shapes["fixed"].path, "--fail-on", expr)
     assert p.returncode == 2 and p.stdout == ""

@@ -93,8 +93,9 @@ def test_a_job_that_fails_in_its_first_step_says_so(runs):
     assert "before any step completed" in f["detail"]
     assert f["evidence"][-1] == "RuntimeError: loss went bad at step 0"
     breaks = r.rule("graph-breaks")
-    assert breaks and all(b["id"].endswith(":before-failure") and "outside the step loop" not in b["title"]
-                          for b in breaks)
+    assert breaks and all(
+        b["id"].endswith(":before-failure") and "outside the step loop" not in b["title"] for b in breaks
+    )
     assert not runs["gpt2"].rule("job-failed")
 
 

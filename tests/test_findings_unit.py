@@ -37,46 +37,133 @@ GUARD_CASES = [
     ("0/0: tensor 'x' rank mismatch. expected 2, actual 3", G.RANK, "x", None, "2", "3"),
     ("3/0: tensor 'x' dtype mismatch. expected Float, actual Double", G.DTYPE, "x", None, "Float", "Double"),
     ("4/0: tensor 'x' requires_grad mismatch. expected requires_grad=1", G.REQUIRES_GRAD, "x", None, "1", "0"),
-    ("0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
-     "AutogradCPU), actual DispatchKeySet(CUDA, BackendSelect, ADInplaceOrView, AutogradCUDA)",
-     G.DEVICE, "x", None, "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU)",
-     "DispatchKeySet(CUDA, BackendSelect, ADInplaceOrView, AutogradCUDA)"),
-    ("0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
-     "AutogradCPU), actual DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)",
-     G.DISPATCH, "x", None, "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU)",
-     "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)"),
-    ("3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>",
-     G.TYPE, "x", None, "tensor type", "torch.nn.parameter.Parameter"),
-    ("0/1: 2 <= x.size()[0]  # return x * 2  # mp/exp/t.py:23 in f (user code shown is first use of this "
-     "value--the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid "
-     "specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))", G.SHAPE, "x", 0, "2 <= size", None),
-    ("0/0: 2 <= t.size()[0] <= 16  # y = t * 2  # mp/exp/t.py:50 in <lambda> (user code shown is first use of "
-     "this value--the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid "
-     "specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))", G.SHAPE, "t", 0,
-     "2 <= size <= 16", None),
-    ("2/0: temperature == 1.0                                       # return torch.softmax(logits / temperature, "
-     "dim=-1)  # tests/workloads/findings/scalar_recompiles.py:33 in sample",
-     G.SCALAR, "temperature", None, "1.0", None),
-    ("0/0: s == -1                                                  # return x * s  # mp/exp/t.py:54 in <lambda>",
-     G.SCALAR, "s", None, "-1", None),
-    ("1/0: ___stack0 == 104.261474609375                            # return x / scale  # tests/workloads/findings/"
-     "scalar_recompiles.py:29 in torch_dynamo_resume_in_normalize_at_28", G.ITEM, "___stack0", None,
-     "104.261474609375", None),
-    ("7/0: ___stack1 == 3054.378642421                              # return x + time.perf_counter()  # mp/exp/t.py:11"
-     " in torch_dynamo_resume_in_k_at_11", G.ITEM, "___stack1", None, "3054.378642421", None),
-    ("2/0: self.step == 0                                           # ramp = (self.step + 1) / WARMUP  # tests/"
-     "workloads/findings/guard_recompiles.py:41 in forward (HINT: torch.compile considers integer attributes of the "
-     "nn.Module to be static. If you are observing recompilation, you might want to make this integer dynamic using "
-     "torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor.)",
-     G.MODULE_ATTR, "self.step", None, "0", None),
-    ("0/0: self.scale == 1.0                                        # return self.lin(x) * self.scale  # mp/exp/g.py:11"
-     " in forward", G.MODULE_ATTR, "self.scale", None, "1.0", None),
-    ("0/1: self._modules['drop'].training == True                   # return F.dropout(input, self.p, self.training, "
-     "self.inplace)  # nn/modules/dropout.py:73 in forward", G.TRAINING, "self.drop.training", None, "True", None),
-    ("0/1: L['self'].training == False  # x = self.fc(x)  # t.py:9 in forward", G.TRAINING, "self.training", None,
-     "False", None),
-    ("1/0: G['NOISE_STEP'] == 0                                          # return x + 0.01 * step  # tests/workloads/"
-     "findings/guard_recompiles.py:62 in jitter", G.GLOBAL, "NOISE_STEP", None, "0", None),
+    (
+        "0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
+        "AutogradCPU), actual DispatchKeySet(CUDA, BackendSelect, ADInplaceOrView, AutogradCUDA)",
+        G.DEVICE,
+        "x",
+        None,
+        "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU)",
+        "DispatchKeySet(CUDA, BackendSelect, ADInplaceOrView, AutogradCUDA)",
+    ),
+    (
+        "0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
+        "AutogradCPU), actual DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)",
+        G.DISPATCH,
+        "x",
+        None,
+        "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU)",
+        "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)",
+    ),
+    (
+        "3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>",
+        G.TYPE,
+        "x",
+        None,
+        "tensor type",
+        "torch.nn.parameter.Parameter",
+    ),
+    (
+        "0/1: 2 <= x.size()[0]  # return x * 2  # mp/exp/t.py:23 in f (user code shown is first use of this "
+        "value--the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid "
+        "specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+        G.SHAPE,
+        "x",
+        0,
+        "2 <= size",
+        None,
+    ),
+    (
+        "0/0: 2 <= t.size()[0] <= 16  # y = t * 2  # mp/exp/t.py:50 in <lambda> (user code shown is first use of "
+        "this value--the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid "
+        "specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+        G.SHAPE,
+        "t",
+        0,
+        "2 <= size <= 16",
+        None,
+    ),
+    (
+        "2/0: temperature == 1.0                                       # return torch.softmax(logits / temperature, "
+        "dim=-1)  # tests/workloads/findings/scalar_recompiles.py:33 in sample",
+        G.SCALAR,
+        "temperature",
+        None,
+        "1.0",
+        None,
+    ),
+    (
+        "0/0: s == -1                                                  # return x * s  # mp/exp/t.py:54 in <lambda>",
+        G.SCALAR,
+        "s",
+        None,
+        "-1",
+        None,
+    ),
+    (
+        "1/0: ___stack0 == 104.261474609375                            # return x / scale  # tests/workloads/findings/"
+        "scalar_recompiles.py:29 in torch_dynamo_resume_in_normalize_at_28",
+        G.ITEM,
+        "___stack0",
+        None,
+        "104.261474609375",
+        None,
+    ),
+    (
+        "7/0: ___stack1 == 3054.378642421                              # return x + time.perf_counter()  # mp/exp/t.py:11"
+        " in torch_dynamo_resume_in_k_at_11",
+        G.ITEM,
+        "___stack1",
+        None,
+        "3054.378642421",
+        None,
+    ),
+    (
+        "2/0: self.step == 0                                           # ramp = (self.step + 1) / WARMUP  # tests/"
+        "workloads/findings/guard_recompiles.py:41 in forward (HINT: torch.compile considers integer attributes of the "
+        "nn.Module to be static. If you are observing recompilation, you might want to make this integer dynamic using "
+        "torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor.)",
+        G.MODULE_ATTR,
+        "self.step",
+        None,
+        "0",
+        None,
+    ),
+    (
+        "0/0: self.scale == 1.0                                        # return self.lin(x) * self.scale  # mp/exp/g.py:11"
+        " in forward",
+        G.MODULE_ATTR,
+        "self.scale",
+        None,
+        "1.0",
+        None,
+    ),
+    (
+        "0/1: self._modules['drop'].training == True                   # return F.dropout(input, self.p, self.training, "
+        "self.inplace)  # nn/modules/dropout.py:73 in forward",
+        G.TRAINING,
+        "self.drop.training",
+        None,
+        "True",
+        None,
+    ),
+    (
+        "0/1: L['self'].training == False  # x = self.fc(x)  # t.py:9 in forward",
+        G.TRAINING,
+        "self.training",
+        None,
+        "False",
+        None,
+    ),
+    (
+        "1/0: G['NOISE_STEP'] == 0                                          # return x + 0.01 * step  # tests/workloads/"
+        "findings/guard_recompiles.py:62 in jitter",
+        G.GLOBAL,
+        "NOISE_STEP",
+        None,
+        "0",
+        None,
+    ),
     ("1/0: G['LR'] == 0.1   # return x * LR  # mp/exp/g.py:27 in upd", G.GLOBAL, "LR", None, "0.1", None),
     ("0/0: len(xs) == 2   # return sum(xs)  # t.py:17 in <lambda>", G.LENGTH, "xs", None, "2", None),
     ("0/0: len(L['batch']) == 3  # for t in batch:  # t.py:5 in f", G.LENGTH, "batch", None, "3", None),
@@ -85,22 +172,52 @@ GUARD_CASES = [
     ("0/0: b == True   # return x + 1 if b else x - 1  # t.py:19 in <lambda>", G.FLAG, "b", None, "True", None),
     ("0/0: m == 'sum'  # return x.sum() if m == 'sum' else x  # t.py:20 in f", G.FLAG, "m", None, "'sum'", None),
     ("0/0: L['mode'] == None  # if mode is None:  # t.py:3 in f", G.FLAG, "mode", None, "None", None),
-    ("0/0: ___check_obj_id(f.__code__, 140287083186048), type=<class 'code'>  # return f(x)  # t.py:12 in <lambda>",
-     G.IDENTITY, "f", None, "code", None),
-    ("0/0: ___check_obj_id(L['self']._modules['act'], 139990012)  # x = self.act(x)  # t.py:9 in forward",
-     G.IDENTITY, "self.act", None, None, None),
+    (
+        "0/0: ___check_obj_id(f.__code__, 140287083186048), type=<class 'code'>  # return f(x)  # t.py:12 in <lambda>",
+        G.IDENTITY,
+        "f",
+        None,
+        "code",
+        None,
+    ),
+    (
+        "0/0: ___check_obj_id(L['self']._modules['act'], 139990012)  # x = self.act(x)  # t.py:9 in forward",
+        G.IDENTITY,
+        "self.act",
+        None,
+        None,
+        None,
+    ),
     ("0/0: ___check_type_id(L['x'], 94066711)  # return x + 1  # t.py:3 in f", G.TYPE, "x", None, None, None),
     ("5/0: GLOBAL_STATE changed: grad_mode ", G.GRAD_MODE, "grad_mode", None, None, None),
     ("0/0: GLOBAL_STATE changed: autocast(cpu)_enabled ", G.GLOBAL_STATE, "autocast(cpu)_enabled", None, None, None),
     ("0/0: GLOBAL_STATE changed: default_dtype ", G.GLOBAL_STATE, "default_dtype", None, None, None),
-    ("0/0: GLOBAL_STATE changed: deterministic_algorithms ", G.GLOBAL_STATE, "deterministic_algorithms", None, None,
-     None),
-    ("5/0: Cache line invalidated because L['___stack0'] got deallocated", G.INVALIDATED, "___stack0", None, None,
-     None),
+    (
+        "0/0: GLOBAL_STATE changed: deterministic_algorithms ",
+        G.GLOBAL_STATE,
+        "deterministic_algorithms",
+        None,
+        None,
+        None,
+    ),
+    (
+        "5/0: Cache line invalidated because L['___stack0'] got deallocated",
+        G.INVALIDATED,
+        "___stack0",
+        None,
+        None,
+        None,
+    ),
     ("!0/1/0: tensor 'x' size mismatch at index 0. expected 2, actual 3", G.SHAPE, "x", 0, "2", "3"),
     ("0/0: some_new_guard_kind(x)", G.OTHER, "some_new_guard_kind(x)", None, None, None),
-    ("0/0: obj.mode == SomeEnum.A  # if obj.mode is SomeEnum.A:  # t.py:3 in f", G.MODULE_ATTR, "obj.mode", None,
-     "SomeEnum.A", None),
+    (
+        "0/0: obj.mode == SomeEnum.A  # if obj.mode is SomeEnum.A:  # t.py:3 in f",
+        G.MODULE_ATTR,
+        "obj.mode",
+        None,
+        "SomeEnum.A",
+        None,
+    ),
     ("", G.OTHER, "", None, None, None),
 ]
 
@@ -119,7 +236,8 @@ def test_classify_reads_the_user_stack_trace_and_dynamo_hint():
         "workloads/findings/guard_recompiles.py:41 in forward (HINT: torch.compile considers integer attributes of "
         "the nn.Module to be static. If you are observing recompilation, you might want to make this integer dynamic "
         "using torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor.)"
-        + _ut(W, 41, "forward", "ramp = (self.step + 1) / WARMUP"))
+        + _ut(W, 41, "forward", "ramp = (self.step + 1) / WARMUP")
+    )
     g = G.classify(reason)
     assert (g.file, g.line, g.code) == (W, 41, "ramp = (self.step + 1) / WARMUP")
     assert g.hint and g.hint.startswith("torch.compile considers integer attributes")
@@ -136,8 +254,10 @@ def test_classify_source_comment_without_a_stack_trace():
 
 
 def test_classify_uses_the_first_reason_line_only():
-    reason = "0/1: tensor 'x' dtype mismatch. expected Double, actual BFloat16\n0/0: tensor 'x' dtype mismatch. " \
-             "expected Float, actual BFloat16"
+    reason = (
+        "0/1: tensor 'x' dtype mismatch. expected Double, actual BFloat16\n0/0: tensor 'x' dtype mismatch. "
+        "expected Float, actual BFloat16"
+    )
     assert G.classify(reason).expected == "Double"
 
 
@@ -173,24 +293,64 @@ class Run:
         self.t = t
         return self
 
-    def torch(self, cache_dir: str = "/tmp/torchinductor_root", entries: dict | None = None,
-              env: dict | None = None) -> Run:
-        self.events.append({"kind": "torch", "t": self.t, "torch": "2.13.0", "cache_dir": cache_dir,
-                            "cache_entries": entries or {"fx_graph": 0, "aot_autograd": 0}, "env": env or {}})
+    def torch(
+        self, cache_dir: str = "/tmp/torchinductor_root", entries: dict | None = None, env: dict | None = None
+    ) -> Run:
+        self.events.append(
+            {
+                "kind": "torch",
+                "t": self.t,
+                "torch": "2.13.0",
+                "cache_dir": cache_dir,
+                "cache_entries": entries or {"fx_graph": 0, "aot_autograd": 0},
+                "env": env or {},
+            }
+        )
         return self
 
-    def compile(self, fid: int, name: str = "f", *, line: int = 3, file: str = F, reason: str | None = None,
-                dur: float = 0.1, limit: int = 8, fail: str | None = None, co_name: bool = True, **kw) -> Run:
+    def compile(
+        self,
+        fid: int,
+        name: str = "f",
+        *,
+        line: int = 3,
+        file: str = F,
+        reason: str | None = None,
+        dur: float = 0.1,
+        limit: int = 8,
+        fail: str | None = None,
+        co_name: bool = True,
+        **kw,
+    ) -> Run:
         k = self._n.get(fid, 0)
         self._n[fid] = k + 1
         cid = f"{fid}/{k}"
         if fail is None:
-            self.events.append({"kind": "compile_start", "t": self.t, "compile_id": cid, "frame_id": fid,
-                                "name": name, "file": file, "line": line, "user_code": True,
-                                "user": {"file": file, "line": line, "name": name}, "recompile_limit": limit})
-        ev = {"kind": "compile", "t": self.t + dur, "compile_id": cid, "frame_id": fid, "start_time": self.t,
-              "entire_frame_compile_time_s": dur, "cache_size": k, "recompile_limit": limit,
-              "has_guarded_code": fail is None}
+            self.events.append(
+                {
+                    "kind": "compile_start",
+                    "t": self.t,
+                    "compile_id": cid,
+                    "frame_id": fid,
+                    "name": name,
+                    "file": file,
+                    "line": line,
+                    "user_code": True,
+                    "user": {"file": file, "line": line, "name": name},
+                    "recompile_limit": limit,
+                }
+            )
+        ev = {
+            "kind": "compile",
+            "t": self.t + dur,
+            "compile_id": cid,
+            "frame_id": fid,
+            "start_time": self.t,
+            "entire_frame_compile_time_s": dur,
+            "cache_size": k,
+            "recompile_limit": limit,
+            "has_guarded_code": fail is None,
+        }
         if co_name:
             ev.update(co_name=name, co_filename=file, co_firstlineno=line)
         if reason:
@@ -214,19 +374,40 @@ class Run:
         self.t = first + sum(ns[1:]) / 1e9
         return self
 
-    def graph_break(self, fid: int, line: int, summary: str, *, explanation: str = "", hints: list | None = None,
-                    code: str = "", file: str = F, reason: str | None = None) -> Run:
-        self.events.append({"kind": "graph_break", "t": self.t, "compile_id": f"{fid}/0", "frame_id": fid,
-                            "file": file, "line": line, "summary": summary,
-                            "reason": reason or f"{summary}\n  Explanation: {explanation}",
-                            "explanation": explanation or None, "hints": hints or [],
-                            "user_stack": [{"file": file, "line": line, "name": "forward", "code": code}],
-                            "url": "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0001.html"})
+    def graph_break(
+        self,
+        fid: int,
+        line: int,
+        summary: str,
+        *,
+        explanation: str = "",
+        hints: list | None = None,
+        code: str = "",
+        file: str = F,
+        reason: str | None = None,
+    ) -> Run:
+        self.events.append(
+            {
+                "kind": "graph_break",
+                "t": self.t,
+                "compile_id": f"{fid}/0",
+                "frame_id": fid,
+                "file": file,
+                "line": line,
+                "summary": summary,
+                "reason": reason or f"{summary}\n  Explanation: {explanation}",
+                "explanation": explanation or None,
+                "hints": hints or [],
+                "user_stack": [{"file": file, "line": line, "name": "forward", "code": code}],
+                "url": "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0001.html",
+            }
+        )
         return self
 
     def cache(self, cache: str, result: str, **kw) -> Run:
-        self.events.append({"kind": "cache", "t": self.t, "compile_id": "0/0", "frame_id": 0, "cache": cache,
-                            "result": result, **kw})
+        self.events.append(
+            {"kind": "cache", "t": self.t, "compile_id": "0/0", "frame_id": 0, "cache": cache, "result": result, **kw}
+        )
         return self
 
     def sample(self, util: float | None, proc_mem: int | None = 1 << 30, t: float | None = None) -> Run:
@@ -272,8 +453,10 @@ def size_reason(k: int, name: str = "x", dim: int = 0, a: int = 8, b: int = 12) 
 # -------------------------------------------------------- recompile limit
 
 
-LIMIT_REASON = ("Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to recompile the code object too "
-                "many times, exceeding the recompile_limit cache size limit (currently set to 4).")
+LIMIT_REASON = (
+    "Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to recompile the code object too "
+    "many times, exceeding the recompile_limit cache size limit (currently set to 4)."
+)
 
 
 def storm(n: int, limit: int = 4, refused: bool = True) -> Run:
@@ -284,8 +467,14 @@ def storm(n: int, limit: int = 4, refused: bool = True) -> Run:
         r.compile(0, "encode", line=21, limit=limit, reason=size_reason(k, "tokens", 1, sizes[k], sizes[k + 1]))
     if refused:
         # PyTorch's record of the refused compile has no code name and no start event
-        r.compile(0, "encode", reason=size_reason(n, "tokens", 1, sizes[n], sizes[n] + 8), limit=limit,
-                  fail=LIMIT_REASON, co_name=False)
+        r.compile(
+            0,
+            "encode",
+            reason=size_reason(n, "tokens", 1, sizes[n], sizes[n] + 8),
+            limit=limit,
+            fail=LIMIT_REASON,
+            co_name=False,
+        )
     return r.steps(3)
 
 
@@ -377,9 +566,13 @@ def test_shape_outside_a_marked_range():
 def test_python_scalar_every_call():
     r = Run().steps(1).compile(2, "sample", line=32)
     for k, v in enumerate(["1.0", "0.9", "0.8"]):
-        r.compile(2, "sample", line=32,
-                  reason=f"2/{k}: temperature == {v}   # return logits / temperature  # t.py:33 in sample"
-                  + _ut(F, 33, "sample", "return logits / temperature"))
+        r.compile(
+            2,
+            "sample",
+            line=32,
+            reason=f"2/{k}: temperature == {v}   # return logits / temperature  # t.py:33 in sample"
+            + _ut(F, 33, "sample", "return logits / temperature"),
+        )
     f = by_id(r.steps(3).findings())["scalar-recompiles:2:temperature"]
     assert f.severity == "warning" and f.title == "sample recompiled 3× on the Python number 'temperature'"
     assert (f.file, f.line) == (F, 33)
@@ -388,14 +581,23 @@ def test_python_scalar_every_call():
 
 def item_run(n: int) -> Run:
     r = Run().steps(1).compile(0, "normalize", line=24)
-    r.graph_break(0, 28, "Unsupported Tensor.item() call with capture_scalar_outputs=False",
-                  explanation="Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
-                  code="scale = total.item()  # the batch norm")
+    r.graph_break(
+        0,
+        28,
+        "Unsupported Tensor.item() call with capture_scalar_outputs=False",
+        explanation="Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
+        code="scale = total.item()  # the batch norm",
+    )
     resume = "torch_dynamo_resume_in_normalize_at_28"
     r.compile(1, resume, line=28)
     for k in range(n):
-        r.compile(1, resume, line=28, reason=f"1/{k}: ___stack0 == {100 + k}.5   # return x / scale  # t.py:29 in "
-                  f"{resume}" + _ut(F, 29, resume, "return x / scale"))
+        r.compile(
+            1,
+            resume,
+            line=28,
+            reason=f"1/{k}: ___stack0 == {100 + k}.5   # return x / scale  # t.py:29 in "
+            f"{resume}" + _ut(F, 29, resume, "return x / scale"),
+        )
     return r.steps(3)
 
 
@@ -403,8 +605,10 @@ def test_item_value_after_a_graph_break_points_at_the_item_call():
     fs = item_run(3).findings()
     f = by_id(fs)["scalar-recompiles:1:___stack0"]
     assert f.severity == "warning"
-    assert f.title == ("normalize (resumed at line 28) recompiles for every new value of the number produced at "
-                       "line 28 (`scale = total.item()`)")
+    assert f.title == (
+        "normalize (resumed at line 28) recompiles for every new value of the number produced at "
+        "line 28 (`scale = total.item()`)"
+    )
     assert (f.file, f.line) == (F, 28)  # where the number is produced, not where it is used
     assert "`return x / scale` (line 29)" in f.detail and "keep the value a tensor" in f.fix.lower()
     assert "capture_scalar_outputs" in f.fix
@@ -418,7 +622,9 @@ def test_item_value_absorbed_after_one_recompile_is_info():
 def test_item_value_without_a_recorded_break():
     r = Run().steps(1).compile(3, "torch_dynamo_resume_in_f_at_9", line=9)
     for k in range(2):
-        r.compile(3, "torch_dynamo_resume_in_f_at_9", line=9, reason=f"3/{k}: ___stack0 == {k}.5  # y = x + v  # t.py:10 in f")
+        r.compile(
+            3, "torch_dynamo_resume_in_f_at_9", line=9, reason=f"3/{k}: ___stack0 == {k}.5  # y = x + v  # t.py:10 in f"
+        )
     f = by_id(r.steps(2).findings())["scalar-recompiles:3:___stack0"]
     assert f.line == 9 and "line 9" in f.title
 
@@ -429,8 +635,13 @@ def test_number_from_an_untraceable_call_after_a_break():
     resume = "torch_dynamo_resume_in_forward_at_54"
     r.compile(5, resume, line=54)
     for k in range(2):
-        r.compile(5, resume, line=54, reason=f"5/{k}: ___stack0 == 17953.{k}  # self.t = time.time()  # t.py:54 in "
-                  f"{resume}" + _ut(F, 54, resume, "self.t = time.time()  # BREAK:call"))
+        r.compile(
+            5,
+            resume,
+            line=54,
+            reason=f"5/{k}: ___stack0 == 17953.{k}  # self.t = time.time()  # t.py:54 in "
+            f"{resume}" + _ut(F, 54, resume, "self.t = time.time()  # BREAK:call"),
+        )
     f = by_id(r.steps(3).findings())["scalar-recompiles:5:___stack0"]
     assert f.title.endswith("the number produced at line 54 (`self.t = time.time()`)")
     assert "the rest of line 54 runs in the next graph" in f.detail
@@ -442,38 +653,112 @@ def test_number_from_an_untraceable_call_after_a_break():
 
 OTHER_CASES = [
     # (reasons, kind, name, severity, words in the fix)
-    (["0/0: tensor 'x' dtype mismatch. expected Float, actual Double",
-      "0/1: tensor 'x' dtype mismatch. expected Double, actual BFloat16"], G.DTYPE, "x", "warning", ["x.to(torch.float32)"]),
-    (["0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, AutogradCPU), actual "
-      "DispatchKeySet(CUDA, AutogradCUDA)"], G.DEVICE, "x", "info", ["x.to(device)"]),
-    (["0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, AutogradCPU), actual "
-      "DispatchKeySet(CPU)"], G.DISPATCH, "x", "info", ["inference_mode"]),
-    (["4/0: tensor 'h' requires_grad mismatch. expected requires_grad=0"], G.REQUIRES_GRAD, "h", "info",
-     ["h.detach()"]),
+    (
+        [
+            "0/0: tensor 'x' dtype mismatch. expected Float, actual Double",
+            "0/1: tensor 'x' dtype mismatch. expected Double, actual BFloat16",
+        ],
+        G.DTYPE,
+        "x",
+        "warning",
+        ["x.to(torch.float32)"],
+    ),
+    (
+        [
+            "0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, AutogradCPU), actual "
+            "DispatchKeySet(CUDA, AutogradCUDA)"
+        ],
+        G.DEVICE,
+        "x",
+        "info",
+        ["x.to(device)"],
+    ),
+    (
+        [
+            "0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, AutogradCPU), actual "
+            "DispatchKeySet(CPU)"
+        ],
+        G.DISPATCH,
+        "x",
+        "info",
+        ["inference_mode"],
+    ),
+    (
+        ["4/0: tensor 'h' requires_grad mismatch. expected requires_grad=0"],
+        G.REQUIRES_GRAD,
+        "h",
+        "info",
+        ["h.detach()"],
+    ),
     (["0/0: tensor 'x' stride mismatch at index 0. expected 8, actual 1"], G.STRIDE, "x", "info", ["x.contiguous()"]),
     (["0/0: tensor 'x' rank mismatch. expected 2, actual 3"], G.RANK, "x", "info", ["number of dimensions"]),
     (["5/0: GLOBAL_STATE changed: grad_mode "], G.GRAD_MODE, "grad_mode", "info", ["torch.no_grad()", "uncompiled"]),
-    (["0/0: GLOBAL_STATE changed: autocast(cpu)_enabled "], G.GLOBAL_STATE, "autocast(cpu)_enabled", "info",
-     ["torch.autocast"]),
-    (["0/1: self._modules['drop'].training == True   # return F.dropout(x)  # nn/modules/dropout.py:73 in forward"],
-     G.TRAINING, "self.drop.training", "info", ["both graphs stay cached", "uncompiled module", "_orig_mod"]),
-    ([f"2/{k}: self.step == {k}   # ramp = (self.step + 1) / WARMUP  # t.py:41 in forward (HINT: torch.compile "
-      "considers integer attributes of the nn.Module to be static.)" for k in range(3)],
-     G.MODULE_ATTR, "self.step", "warning",
-     ["self.register_buffer('step', torch.zeros((), dtype=torch.long))", "self.step.fill_(value)",
-      "allow_unspec_int_on_nn_module"]),
-    ([f"1/{k}: G['NOISE_STEP'] == {k}   # return x + 0.01 * step  # t.py:62 in jitter" for k in range(4)],
-     G.GLOBAL, "NOISE_STEP", "warning", ["argument", "torch.tensor(NOISE_STEP)"]),
-    (["0/0: len(xs) == 2  # return sum(xs)  # t.py:17 in f", "0/1: len(xs) == 3  # return sum(xs)  # t.py:17 in f"],
-     G.LENGTH, "xs", "warning", ["torch.stack"]),
+    (
+        ["0/0: GLOBAL_STATE changed: autocast(cpu)_enabled "],
+        G.GLOBAL_STATE,
+        "autocast(cpu)_enabled",
+        "info",
+        ["torch.autocast"],
+    ),
+    (
+        ["0/1: self._modules['drop'].training == True   # return F.dropout(x)  # nn/modules/dropout.py:73 in forward"],
+        G.TRAINING,
+        "self.drop.training",
+        "info",
+        ["both graphs stay cached", "uncompiled module", "_orig_mod"],
+    ),
+    (
+        [
+            f"2/{k}: self.step == {k}   # ramp = (self.step + 1) / WARMUP  # t.py:41 in forward (HINT: torch.compile "
+            "considers integer attributes of the nn.Module to be static.)"
+            for k in range(3)
+        ],
+        G.MODULE_ATTR,
+        "self.step",
+        "warning",
+        [
+            "self.register_buffer('step', torch.zeros((), dtype=torch.long))",
+            "self.step.fill_(value)",
+            "allow_unspec_int_on_nn_module",
+        ],
+    ),
+    (
+        [f"1/{k}: G['NOISE_STEP'] == {k}   # return x + 0.01 * step  # t.py:62 in jitter" for k in range(4)],
+        G.GLOBAL,
+        "NOISE_STEP",
+        "warning",
+        ["argument", "torch.tensor(NOISE_STEP)"],
+    ),
+    (
+        ["0/0: len(xs) == 2  # return sum(xs)  # t.py:17 in f", "0/1: len(xs) == 3  # return sum(xs)  # t.py:17 in f"],
+        G.LENGTH,
+        "xs",
+        "warning",
+        ["torch.stack"],
+    ),
     (["0/0: cfg['a'] == 1  # x * cfg['a']  # t.py:18 in f"], G.CONTAINER, "cfg['a']", "info", ["tensors"]),
     (["0/0: b == True  # x + 1 if b else x  # t.py:19 in f"], G.FLAG, "b", "info", ["branch"]),
-    (["0/0: ___check_obj_id(f.__code__, 1402870), type=<class 'code'>  # return f(x)  # t.py:12 in g"] * 2,
-     G.IDENTITY, "f", "warning", ["outside the loop"]),
-    (["3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>"],
-     G.TYPE, "x", "info", ["x.detach()"]),
-    (["5/0: Cache line invalidated because L['___stack0'] got deallocated"], G.INVALIDATED, "___stack0", "info",
-     ["keep them alive"]),
+    (
+        ["0/0: ___check_obj_id(f.__code__, 1402870), type=<class 'code'>  # return f(x)  # t.py:12 in g"] * 2,
+        G.IDENTITY,
+        "f",
+        "warning",
+        ["outside the loop"],
+    ),
+    (
+        ["3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>"],
+        G.TYPE,
+        "x",
+        "info",
+        ["x.detach()"],
+    ),
+    (
+        ["5/0: Cache line invalidated because L['___stack0'] got deallocated"],
+        G.INVALIDATED,
+        "___stack0",
+        "info",
+        ["keep them alive"],
+    ),
 ]
 
 
@@ -500,16 +785,30 @@ def test_dtype_fix_lists_every_dtype_seen():
 
 
 def test_dynamo_hint_is_passed_on():
-    reason = ("2/0: self.step == 0   # ramp = self.step  # t.py:41 in forward (HINT: torch.compile considers integer "
-              "attributes of the nn.Module to be static. Use allow_unspec_int_on_nn_module.)")
+    reason = (
+        "2/0: self.step == 0   # ramp = self.step  # t.py:41 in forward (HINT: torch.compile considers integer "
+        "attributes of the nn.Module to be static. Use allow_unspec_int_on_nn_module.)"
+    )
     r = Run().steps(1).compile(0, "forward").compile(0, "forward", reason=reason)
     f = only(r.steps(2).findings(), "guard-recompiles")
     assert "Dynamo's hint: torch.compile considers integer attributes" in f.detail
 
 
 def test_compile_failure():
-    r = Run().steps(1).compile(0, "f").add({"kind": "compile", "compile_id": "0/1", "frame_id": 0,
-                                            "fail_type": "Unsupported", "fail_reason": "call to foo\nmore"})
+    r = (
+        Run()
+        .steps(1)
+        .compile(0, "f")
+        .add(
+            {
+                "kind": "compile",
+                "compile_id": "0/1",
+                "frame_id": 0,
+                "fail_type": "Unsupported",
+                "fail_reason": "call to foo\nmore",
+            }
+        )
+    )
     f = only(r.steps(2).findings(), "compile-failures")
     assert f.severity == "warning" and "(Unsupported)" in f.title and f.evidence == ["0/1: call to foo"]
 
@@ -517,50 +816,97 @@ def test_compile_failure():
 # ------------------------------------------------------------ graph breaks
 
 
-PRINT = ("Failed to trace builtin operator: print",
-         "Dynamo does not know how to trace builtin operator `print` with argument types ['str', 'Tensor']",
-         ["If you are attempting to call a logging function (e.g. `print`), you can try adding it to "
-          "`torch._dynamo.config.reorderable_logging_functions`."])
-ITEM = ("Unsupported Tensor.item() call with capture_scalar_outputs=False",
-        "Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.", [])
-BRANCH = ("Data-dependent branching",
-          "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). Dynamo does not support tracing "
-          "dynamic control flow.", ["Use `torch.cond` to express dynamic control flow."])
-NUMPY = ("attempted to trace numpy function unsupported by PyTorch",
-         "Can't find numpy numpy function <function digitize at 0x7fb3885442c0> in torch._numpy.", [])
-TIME = ("Attempted to call function marked as skipped: time.time.",
-        "Dynamo does not know how to trace the builtin `time.time.` This function is either a Python builtin (e.g. "
-        "_warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind).",
-        ["If it is a third-party C/C++ Python extension, please either wrap it into a PyTorch-understood custom "
-         "operator or, if it is traceable, use `torch.compiler.allow_in_graph`."])
+PRINT = (
+    "Failed to trace builtin operator: print",
+    "Dynamo does not know how to trace builtin operator `print` with argument types ['str', 'Tensor']",
+    [
+        "If you are attempting to call a logging function (e.g. `print`), you can try adding it to "
+        "`torch._dynamo.config.reorderable_logging_functions`."
+    ],
+)
+ITEM = (
+    "Unsupported Tensor.item() call with capture_scalar_outputs=False",
+    "Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
+    [],
+)
+BRANCH = (
+    "Data-dependent branching",
+    "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). Dynamo does not support tracing "
+    "dynamic control flow.",
+    ["Use `torch.cond` to express dynamic control flow."],
+)
+NUMPY = (
+    "attempted to trace numpy function unsupported by PyTorch",
+    "Can't find numpy numpy function <function digitize at 0x7fb3885442c0> in torch._numpy.",
+    [],
+)
+TIME = (
+    "Attempted to call function marked as skipped: time.time.",
+    "Dynamo does not know how to trace the builtin `time.time.` This function is either a Python builtin (e.g. "
+    "_warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind).",
+    [
+        "If it is a third-party C/C++ Python extension, please either wrap it into a PyTorch-understood custom "
+        "operator or, if it is traceable, use `torch.compiler.allow_in_graph`."
+    ],
+)
 
 BREAK_CASES = [
     (*PRINT, "logging"),
-    ("logging.Logger method not supported for non-export cases",
-     "logging.Logger methods are not supported for non-export cases.",
-     ["Add the logging method to `torch._dynamo.config.ignore_logging_functions`."], "logging"),
-    ("Attempted to call function marked as skipped: _warnings.warn",
-     "Dynamo does not know how to trace the Python builtin `_warnings.warn`.",
-     ["If you are attempting to call a logging function (e.g. `_warnings.warn`), you can try adding it to "
-      "`torch._dynamo.config.reorderable_logging_functions`."], "logging"),
+    (
+        "logging.Logger method not supported for non-export cases",
+        "logging.Logger methods are not supported for non-export cases.",
+        ["Add the logging method to `torch._dynamo.config.ignore_logging_functions`."],
+        "logging",
+    ),
+    (
+        "Attempted to call function marked as skipped: _warnings.warn",
+        "Dynamo does not know how to trace the Python builtin `_warnings.warn`.",
+        [
+            "If you are attempting to call a logging function (e.g. `_warnings.warn`), you can try adding it to "
+            "`torch._dynamo.config.reorderable_logging_functions`."
+        ],
+        "logging",
+    ),
     ("attempted to reorder a debugging function that can't actually be reordered: print", "", [], "logging"),
     (*ITEM, "scalar-output"),
-    ("Tensor.tolist() with non-integer tensor",
-     "Dynamo currently does not support tracing `tolist()` on non-integer tensors.", [], "scalar-output"),
-    ("Data dependent operator", "Operator `aten._local_scalar_dense.default` has a non-Tensor output whose value "
-     "is dependent on the data of Tensor inputs.", [], "scalar-output"),
+    (
+        "Tensor.tolist() with non-integer tensor",
+        "Dynamo currently does not support tracing `tolist()` on non-integer tensors.",
+        [],
+        "scalar-output",
+    ),
+    (
+        "Data dependent operator",
+        "Operator `aten._local_scalar_dense.default` has a non-Tensor output whose value "
+        "is dependent on the data of Tensor inputs.",
+        [],
+        "scalar-output",
+    ),
     (*BRANCH, "data-dependent-branch"),
     ("Data-dependent branching: if my_tensor.sum() > 0:", BRANCH[1], BRANCH[2], "data-dependent-branch"),
-    ("Dynamic shape operator: aten.nonzero.default",
-     "Operator `aten.nonzero.default`'s output shape depends on input Tensor data.",
-     ["Enable tracing of dynamic shape operators with `torch._dynamo.config.capture_dynamic_output_shape_ops = "
-      "True`"], "dynamic-shape-op"),
+    (
+        "Dynamic shape operator: aten.nonzero.default",
+        "Operator `aten.nonzero.default`'s output shape depends on input Tensor data.",
+        [
+            "Enable tracing of dynamic shape operators with `torch._dynamo.config.capture_dynamic_output_shape_ops = "
+            "True`"
+        ],
+        "dynamic-shape-op",
+    ),
     (*NUMPY, "numpy"),
     (*TIME, "unsupported-call"),
-    ("Attempted to call function marked as skipped: zlib.crc32.",
-     "Dynamo does not know how to trace the builtin `zlib.crc32.`", [], "unsupported-call"),
-    ("Call to `torch._dynamo.graph_break()`", "User-inserted graph break. Message: None",
-     ["Remove the `torch._dynamo.graph_break()` call."], "explicit"),
+    (
+        "Attempted to call function marked as skipped: zlib.crc32.",
+        "Dynamo does not know how to trace the builtin `zlib.crc32.`",
+        [],
+        "unsupported-call",
+    ),
+    (
+        "Call to `torch._dynamo.graph_break()`",
+        "User-inserted graph break. Message: None",
+        ["Remove the `torch._dynamo.graph_break()` call."],
+        "explicit",
+    ),
     ("Something new in torch 2.14", "", [], "other"),
 ]
 
@@ -579,9 +925,12 @@ def zoo() -> Run:
     """The graph-break workload's shape: five causes in the loop, one .tolist() after it."""
     r = Run().steps(1).compile(0, "forward", line=36)
     for line, (summary, expl, hints), code in (
-            (38, PRINT, 'print("activation mean", h.mean())'), (42, ITEM, "peak = h.abs().max().item()"),
-            (46, BRANCH, "elif h.mean() > 0:"), (51, NUMPY, "bins = np.digitize(x, EDGES)"),
-            (54, TIME, "self.last_forward_t = time.time()")):
+        (38, PRINT, 'print("activation mean", h.mean())'),
+        (42, ITEM, "peak = h.abs().max().item()"),
+        (46, BRANCH, "elif h.mean() > 0:"),
+        (51, NUMPY, "bins = np.digitize(x, EDGES)"),
+        (54, TIME, "self.last_forward_t = time.time()"),
+    ):
         r.graph_break(0, line, summary, explanation=expl, hints=hints, code=code)
     r.steps(5)
     r.at(r.t + 0.2).compile(6, "summarize", line=58)
@@ -593,9 +942,13 @@ def test_breaks_in_the_loop_rank_above_one_offs():
     fs = zoo().findings()
     breaks = [f for f in fs if f.rule == "graph-breaks"]
     looped = [f for f in breaks if f.severity == "warning"]
-    assert {f.id for f in looped} == {"graph-breaks:logging", "graph-breaks:scalar-output",
-                                      "graph-breaks:data-dependent-branch", "graph-breaks:numpy",
-                                      "graph-breaks:unsupported-call"}
+    assert {f.id for f in looped} == {
+        "graph-breaks:logging",
+        "graph-breaks:scalar-output",
+        "graph-breaks:data-dependent-branch",
+        "graph-breaks:numpy",
+        "graph-breaks:unsupported-call",
+    }
     once = by_id(fs)["graph-breaks:scalar-output:outside-loop"]
     assert once.severity == "info" and (once.file, once.line) == (F, 62)
     assert "outside the step loop" in once.title and "costs once" in once.detail
@@ -676,8 +1029,10 @@ def test_cold_start_in_tmp_is_a_note():
     assert f.severity == "info" and "TORCHINDUCTOR_CACHE_DIR" in f.fix
 
 
-AOT_BYPASS = ("Unsupported call_function target <function project at 0x7f4564dfc220>. \n Function module: "
-              "__main__, \nFunction name: project")
+AOT_BYPASS = (
+    "Unsupported call_function target <function project at 0x7f4564dfc220>. \n Function module: "
+    "__main__, \nFunction name: project"
+)
 
 
 def test_bypass_reason_is_surfaced_with_a_stable_id():
@@ -694,13 +1049,16 @@ def test_bypass_reason_is_surfaced_with_a_stable_id():
     assert ids == {"cache:bypass:aot_autograd:Unsupported call_function target <function project>"}
 
 
-@pytest.mark.parametrize("reason,word", [
-    ("Cannot cache a graph with freezing enabled", "freezing"),
-    ("Can't cache HigherOrderOperator: flex_attention", "higher-order op"),
-    ("Cannot produce stable cache key for unpicklable type Foo", "pickled"),
-    ("FX graph cache is not enabled", "Enable the caches"),
-    ("Can't cache torchbind objects", "TorchScript"),
-])
+@pytest.mark.parametrize(
+    "reason,word",
+    [
+        ("Cannot cache a graph with freezing enabled", "freezing"),
+        ("Can't cache HigherOrderOperator: flex_attention", "higher-order op"),
+        ("Cannot produce stable cache key for unpicklable type Foo", "pickled"),
+        ("FX graph cache is not enabled", "Enable the caches"),
+        ("Can't cache torchbind objects", "TorchScript"),
+    ],
+)
 def test_bypass_fixes(reason, word):
     r = Run().torch().steps(1).compile(0, inductor_compile_time_s=0.5).cache("fx_graph", "bypass", reason=reason)
     assert word in only(r.steps(3).findings(), "caches").fix
@@ -732,8 +1090,13 @@ def late_run(late_at: int | None = 45, steps: int = 60) -> Run:
     r = Run().compile(0, "Sequential", line=28, dur=1.0).steps(1, 1.0)
     for i in range(1, steps):
         if i == late_at:
-            r.at(r.t + 0.001).compile(0, "Sequential", line=28, dur=0.29,
-                                      reason="0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 20")
+            r.at(r.t + 0.001).compile(
+                0,
+                "Sequential",
+                line=28,
+                dur=0.29,
+                reason="0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 20",
+            )
             r.steps(1, 292.0)
         else:
             r.steps(1, 1.0)
@@ -743,8 +1106,9 @@ def late_run(late_at: int | None = 45, steps: int = 60) -> Run:
 def test_late_compile_and_its_spike():
     fs = by_id(late_run().findings())
     late = fs["late-compiles"]
-    assert late.severity == "warning" and late.title == ("1 compile in steady state (after step 12 of 60), the first "
-                                                         "at step 45 (Sequential)")
+    assert late.severity == "warning" and late.title == (
+        "1 compile in steady state (after step 12 of 60), the first at step 45 (Sequential)"
+    )
     assert (late.file, late.line) == (F, 28)
     assert "0/1 Sequential near step 45, 0.29 s: 0/0: tensor 'args[0]' size mismatch" in late.evidence[0]
     assert "Warm up every input shape" in late.fix and "drop_last=True" in late.fix
@@ -771,18 +1135,29 @@ def test_spikes_not_explained_by_compiles():
     assert f.severity == "info" and f.evidence == ["step 20: 200.0 ms"]
 
 
-CPU_SKIP = ('skipping cudagraphs due to cpu device (arange). Found from : \n   File "/work/job/model.py", line 57, '
-            'in forward\n    pos = torch.arange(x.shape[1])\n')
-MUTATION_SKIP = ('skipping cudagraphs due to mutated inputs (1 instances). Found from : \n   File "/work/job/model.py", '
-                 'line 80, in forward\n    self.cache.copy_(k)\n')
+CPU_SKIP = (
+    'skipping cudagraphs due to cpu device (arange). Found from : \n   File "/work/job/model.py", line 57, '
+    "in forward\n    pos = torch.arange(x.shape[1])\n"
+)
+MUTATION_SKIP = (
+    'skipping cudagraphs due to mutated inputs (1 instances). Found from : \n   File "/work/job/model.py", '
+    "line 80, in forward\n    self.cache.copy_(k)\n"
+)
 
 
 def test_cudagraph_skips_from_the_compile_record():
     # On CPU torch never skips cudagraphs; these events are shaped exactly like
     # PyTorch's compilation_metrics (cudagraph_skip_reason) as ctmon records them.
     r = Run().steps(1).compile(0, "forward", inductor_compile_time_s=0.5, cudagraph_skip_reason=CPU_SKIP)
-    r.add({"kind": "bwd_compile", "compile_id": "0/0", "frame_id": 0, "duration_us": 1000,
-           "cudagraph_skip_reason": CPU_SKIP})
+    r.add(
+        {
+            "kind": "bwd_compile",
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "duration_us": 1000,
+            "cudagraph_skip_reason": CPU_SKIP,
+        }
+    )
     r.compile(1, "step", inductor_compile_time_s=0.5, cudagraph_skip_reason=MUTATION_SKIP)
     fs = r.steps(3).findings()
     cpu = by_id(fs)["cudagraphs-skipped:cpu device (arange)"]
@@ -793,16 +1168,26 @@ def test_cudagraph_skips_from_the_compile_record():
     assert mut.line == 80 and "in place" in mut.fix
 
 
-@pytest.mark.parametrize("reason,word", [
-    ("skipping cudagraphs due to multiple devices: device(type='cuda', index=0), device(type='cuda', index=1)",
-     "one GPU"),
-    ("skipping cudagraphs due to graph with symbolic shapes inputs and config.triton.cudagraph_skip_dynamic_graphs="
-     "True.\n", "static"),
-    ("skipping cudagraphs due to disabling cudagraphs due to incompatible op aten._local_scalar_dense.default",
-     ".item()"),
-    ("skipping cudagraphs due to ['non-Tensor inputs']", "tensors"),
-    ("skipping cudagraphs due to something new", "PyTorch's reason"),
-])
+@pytest.mark.parametrize(
+    "reason,word",
+    [
+        (
+            "skipping cudagraphs due to multiple devices: device(type='cuda', index=0), device(type='cuda', index=1)",
+            "one GPU",
+        ),
+        (
+            "skipping cudagraphs due to graph with symbolic shapes inputs and config.triton.cudagraph_skip_dynamic_graphs="
+            "True.\n",
+            "static",
+        ),
+        (
+            "skipping cudagraphs due to disabling cudagraphs due to incompatible op aten._local_scalar_dense.default",
+            ".item()",
+        ),
+        ("skipping cudagraphs due to ['non-Tensor inputs']", "tensors"),
+        ("skipping cudagraphs due to something new", "PyTorch's reason"),
+    ],
+)
 def test_cudagraph_fixes(reason, word):
     r = Run().steps(1).add({"kind": "cudagraph", "reason": reason})
     f = only(r.steps(2).findings(), "cudagraphs")
@@ -840,8 +1225,9 @@ def test_samples_during_a_compile_are_left_out():
     assert "gpu-idle" not in by_id(f)
     f = by_id(gpu_run([5, 5, 5, 90, 5, 5, 5], compile_at=2.7).findings())["gpu-idle"]
     # the sample right after the first compile, and the one overlapping the late compile
-    assert f.evidence[0] == ("4 samples during the step loop; utilisation min 5%, max 5% "
-                             "(2 samples during compiles left out)")
+    assert f.evidence[0] == (
+        "4 samples during the step loop; utilisation min 5%, max 5% (2 samples during compiles left out)"
+    )
 
 
 def test_idle_gpu_with_few_long_steps():
@@ -1021,15 +1407,24 @@ def seq_change(frames: list[tuple[str, str]], changes: int = 1, gap: float = 0.0
     for k in range(changes):
         r.steps(1)
         for fid, (name, tensor) in enumerate(frames):
-            r.at(r.t + gap).compile(fid, name, line=10 * (fid + 1), dur=0.5,
-                                    reason=f"{fid}/{k}: tensor '{tensor}' size mismatch at index 1. "
-                                           f"expected {sizes[k]}, actual {sizes[k + 1]}")
+            r.at(r.t + gap).compile(
+                fid,
+                name,
+                line=10 * (fid + 1),
+                dur=0.5,
+                reason=f"{fid}/{k}: tensor '{tensor}' size mismatch at index 1. "
+                f"expected {sizes[k]}, actual {sizes[k + 1]}",
+            )
         r.steps(3)
     return r
 
 
-GPT2_FRAMES = [("wrapper", "kwargs['input_ids']"), ("forward", "input_ids"), ("ForCausalLMLoss", "labels"),
-               ("__init__", "logits")]
+GPT2_FRAMES = [
+    ("wrapper", "kwargs['input_ids']"),
+    ("forward", "input_ids"),
+    ("ForCausalLMLoss", "labels"),
+    ("__init__", "logits"),
+]
 
 
 def test_one_input_change_recompiling_several_frames_is_one_finding():
@@ -1050,7 +1445,10 @@ def test_a_recurring_cause_across_frames_is_one_warning():
     fs = seq_change(GPT2_FRAMES[:2], changes=3).findings()
     (f,) = [f for f in fs if f.rule == "shape-recompiles"]
     assert f.severity == "warning"
-    assert f.title == "2 frames recompile together on every change: dim 1 of tensor 'input_ids' changed (16 → 24 → 32 → 40)"
+    assert (
+        f.title
+        == "2 frames recompile together on every change: dim 1 of tensor 'input_ids' changed (16 → 24 → 32 → 40)"
+    )
     assert "6 recompiles" in f.detail
 
 
@@ -1105,30 +1503,43 @@ def test_a_failed_job_names_the_exception_and_the_users_line():
 
 
 def test_the_last_of_chained_tracebacks_is_the_one_that_stopped_the_job():
-    chained = ("Traceback (most recent call last):\n"
-               f'  File "{F}", line 5, in load\n    open(p)\nFileNotFoundError: [Errno 2] x\n\n'
-               "During handling of the above exception, another exception occurred:\n\n" + TRACEBACK)
+    chained = (
+        "Traceback (most recent call last):\n"
+        f'  File "{F}", line 5, in load\n    open(p)\nFileNotFoundError: [Errno 2] x\n\n'
+        "During handling of the above exception, another exception occurred:\n\n" + TRACEBACK
+    )
     r = Run().steps(1).steps(5).stderr(chained).exits(1)
     f = only(r.findings(), "job-failed")
     assert f.title.startswith("The job failed: ValueError") and "after 5 steps" in f.detail
 
 
 def test_compiler_errors_point_at_suppress_errors():
-    tb = (f'Traceback (most recent call last):\n  File "{F}", line 9, in <module>\n    f(x)\n'
-          "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n")
+    tb = (
+        f'Traceback (most recent call last):\n  File "{F}", line 9, in <module>\n    f(x)\n'
+        "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n"
+    )
     f = only(Run().stderr(tb).exits(1).findings(), "job-failed")
     assert f.title == "The job failed: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"
     assert "suppress_errors" in f.fix
 
 
-@pytest.mark.parametrize("code,signal,tail,fid,severity,words", [
-    (None, "SIGKILL", "", "job-failed:SIGKILL", "critical", "out-of-memory"),
-    (None, "SIGSEGV", "", "job-failed:SIGSEGV", "critical", "native code"),
-    (2, None, "usage: train.py [-h]\n", "job-failed:exit-code", "warning", "exited with code 2"),
-    (None, "SIGINT", "", "job-failed:interrupted", "info", "interrupted"),
-    (1, None, "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyboardInterrupt\n",
-     "job-failed:interrupted", "info", "interrupted"),
-])
+@pytest.mark.parametrize(
+    "code,signal,tail,fid,severity,words",
+    [
+        (None, "SIGKILL", "", "job-failed:SIGKILL", "critical", "out-of-memory"),
+        (None, "SIGSEGV", "", "job-failed:SIGSEGV", "critical", "native code"),
+        (2, None, "usage: train.py [-h]\n", "job-failed:exit-code", "warning", "exited with code 2"),
+        (None, "SIGINT", "", "job-failed:interrupted", "info", "interrupted"),
+        (
+            1,
+            None,
+            'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\nKeyboardInterrupt\n',
+            "job-failed:interrupted",
+            "info",
+            "interrupted",
+        ),
+    ],
+)
 def test_other_ways_a_job_ends_badly(code, signal, tail, fid, severity, words):
     r = Run().steps(1).steps(3)
     if tail:
@@ -1149,19 +1560,26 @@ def test_a_clean_exit_has_no_failure_finding_and_breaks_stay_one_offs():
 
 def test_graphs_that_captured_nothing_say_the_code_runs_eager():
     r = Run().steps(1).graph_break(0, 28, "Skip calling `torch.compiler.disable()`d function")  # before its compile
-    r.compile(0, "step", line=27, graph_op_count=0,
-              restart_reasons=["Skip calling `torch.compiler.disable()`d function\n  more"])
+    r.compile(
+        0,
+        "step",
+        line=27,
+        graph_op_count=0,
+        restart_reasons=["Skip calling `torch.compiler.disable()`d function\n  more"],
+    )
     fs = r.steps(5).findings()
     f = only(fs, "empty-graphs")
     assert f.severity == "warning" and f.title == "step compiled to an empty graph: it runs eager"
     assert (f.file, f.line) == (F, 27)
     assert "1 graph break(s)" in f.detail and "torch.compiler.disable" in f.fix
-    assert f.evidence == [f"step at {F}:27: 1 compile(s), 0 ops (restarted after: Skip calling "
-                          "`torch.compiler.disable()`d function)"]
+    assert f.evidence == [
+        f"step at {F}:27: 1 compile(s), 0 ops (restarted after: Skip calling `torch.compiler.disable()`d function)"
+    ]
     assert "compile-cost" not in by_id(fs)  # not "[info] Compilation took 0.1 s"
     r = Run().steps(1).compile(0, "wrapper", graph_op_count=0).compile(1, "__init__", graph_op_count=0)
     assert only(r.steps(3).findings(), "empty-graphs").title == (
-        "torch.compile captured no operation in 2 frames: the code runs eager")
+        "torch.compile captured no operation in 2 frames: the code runs eager"
+    )
 
 
 def test_empty_wrapper_frames_beside_real_graphs_are_normal():

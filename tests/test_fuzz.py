@@ -21,30 +21,128 @@ from ctmon.store import Session
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The event-list properties are costly to shrink; a failure is reported as found
 # (the minimal cases of known failures are pinned in test_store.py / test_protocol.py).
-HEAVY = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-             phases=[Phase.explicit, Phase.reuse, Phase.generate])
+HEAVY = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 
 # ------------------------------------------------------------------ strategies
 
 # Field names the store reads, so random values land where handlers look.
 FIELDS = [
-    "t", "v", "id", "command", "cwd", "host", "mode", "ctmon", "pid", "job_pid", "recording", "python", "torch",
-    "cuda", "triton", "cache_dir", "cache_entries", "env", "compile_id", "frame_id", "name", "file", "line",
-    "user", "user_code", "module", "module_file", "module_line", "module_user", "recompile_limit", "co_name",
-    "co_filename", "co_firstlineno", "entire_frame_compile_time_s", "start_time", "backend_compile_time_s",
-    "inductor_compile_time_s", "recompile_reason", "fail_type", "fail_reason", "cache_size", "graph_op_count",
-    "guard_count", "restart_reasons", "cudagraph_skip_reason", "inductor_fx_local_cache_hit_count",
-    "inductor_fx_local_cache_miss_count", "has_guarded_code", "duration_us", "reasons", "summary", "reason",
-    "explanation", "hints", "user_stack", "url", "gb_id", "cache", "result", "time_saved_s", "kernels", "message",
-    "src", "i0", "i1", "ns", "ms", "steps", "events", "level", "source", "stream", "data", "code", "signal",
+    "t",
+    "v",
+    "id",
+    "command",
+    "cwd",
+    "host",
+    "mode",
+    "ctmon",
+    "pid",
+    "job_pid",
+    "recording",
+    "python",
+    "torch",
+    "cuda",
+    "triton",
+    "cache_dir",
+    "cache_entries",
+    "env",
+    "compile_id",
+    "frame_id",
+    "name",
+    "file",
+    "line",
+    "user",
+    "user_code",
+    "module",
+    "module_file",
+    "module_line",
+    "module_user",
+    "recompile_limit",
+    "co_name",
+    "co_filename",
+    "co_firstlineno",
+    "entire_frame_compile_time_s",
+    "start_time",
+    "backend_compile_time_s",
+    "inductor_compile_time_s",
+    "recompile_reason",
+    "fail_type",
+    "fail_reason",
+    "cache_size",
+    "graph_op_count",
+    "guard_count",
+    "restart_reasons",
+    "cudagraph_skip_reason",
+    "inductor_fx_local_cache_hit_count",
+    "inductor_fx_local_cache_miss_count",
+    "has_guarded_code",
+    "duration_us",
+    "reasons",
+    "summary",
+    "reason",
+    "explanation",
+    "hints",
+    "user_stack",
+    "url",
+    "gb_id",
+    "cache",
+    "result",
+    "time_saved_s",
+    "kernels",
+    "message",
+    "src",
+    "i0",
+    "i1",
+    "ns",
+    "ms",
+    "steps",
+    "events",
+    "level",
+    "source",
+    "stream",
+    "data",
+    "code",
+    "signal",
 ]
 
-special_strings = st.sampled_from([
-    "", "0/0", "0/1", "1/0", "!0/0/0", "SIGKILL", "SIGTERM", "KILL", "signal", "optimizer", "api",
-    "compiled_call", "fx_graph", "aot_autograd", "autotune", "hit", "miss", "bypass", "stdout", "stderr",
-    "\r", "\n", "a\r\nb\rc", "x" * 5000, "torch_dynamo_resume_in_f_at_3", "Dynamo recompile limit exceeded",
-    "/w/a.py", "<frozen runpy>", "\udcff", "ünï", "NaN",
-])
+special_strings = st.sampled_from(
+    [
+        "",
+        "0/0",
+        "0/1",
+        "1/0",
+        "!0/0/0",
+        "SIGKILL",
+        "SIGTERM",
+        "KILL",
+        "signal",
+        "optimizer",
+        "api",
+        "compiled_call",
+        "fx_graph",
+        "aot_autograd",
+        "autotune",
+        "hit",
+        "miss",
+        "bypass",
+        "stdout",
+        "stderr",
+        "\r",
+        "\n",
+        "a\r\nb\rc",
+        "x" * 5000,
+        "torch_dynamo_resume_in_f_at_3",
+        "Dynamo recompile limit exceeded",
+        "/w/a.py",
+        "<frozen runpy>",
+        "\udcff",
+        "ünï",
+        "NaN",
+    ]
+)
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -69,9 +167,27 @@ numbers = st.one_of(
     st.floats(),
     st.integers(),
 )
-NUMERIC = {"t", "entire_frame_compile_time_s", "start_time", "backend_compile_time_s", "inductor_compile_time_s",
-           "duration_us", "time_saved_s", "ms", "v", "pid", "job_pid", "recompile_limit", "steps", "events",
-           "guard_count", "graph_op_count", "inductor_fx_local_cache_hit_count", "module_line", "co_firstlineno"}
+NUMERIC = {
+    "t",
+    "entire_frame_compile_time_s",
+    "start_time",
+    "backend_compile_time_s",
+    "inductor_compile_time_s",
+    "duration_us",
+    "time_saved_s",
+    "ms",
+    "v",
+    "pid",
+    "job_pid",
+    "recompile_limit",
+    "steps",
+    "events",
+    "guard_count",
+    "graph_op_count",
+    "inductor_fx_local_cache_hit_count",
+    "module_line",
+    "co_firstlineno",
+}
 step_lists = st.lists(st.integers(min_value=-10, max_value=10**10) | scalars, max_size=12)
 
 TEMPLATES: dict[str, dict] = {
@@ -79,16 +195,48 @@ TEMPLATES: dict[str, dict] = {
     "process": {"pid": 2, "python": "3.11.7"},
     "torch": {"torch": "2.13.0", "cache_entries": {"fx_graph": 0}, "env": {"A": "1"}},
     "devices": {"cuda": [{"index": 0, "name": "GPU"}]},
-    "compile_start": {"compile_id": "0/0", "frame_id": 0, "name": "f", "file": "/w/a.py", "line": 3,
-                      "user": {"file": "/w/a.py", "line": 3}, "user_code": True, "module": "Net",
-                      "module_file": "/w/a.py", "module_line": 3, "module_user": True, "recompile_limit": 8},
-    "compile": {"compile_id": "0/0", "frame_id": 0, "co_name": "f", "co_filename": "/w/a.py", "co_firstlineno": 3,
-                "entire_frame_compile_time_s": 0.5, "start_time": 1795346334.0, "recompile_reason": "0/0: x",
-                "fail_type": None, "fail_reason": None, "cache_size": 0, "has_guarded_code": True},
+    "compile_start": {
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "name": "f",
+        "file": "/w/a.py",
+        "line": 3,
+        "user": {"file": "/w/a.py", "line": 3},
+        "user_code": True,
+        "module": "Net",
+        "module_file": "/w/a.py",
+        "module_line": 3,
+        "module_user": True,
+        "recompile_limit": 8,
+    },
+    "compile": {
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "co_name": "f",
+        "co_filename": "/w/a.py",
+        "co_firstlineno": 3,
+        "entire_frame_compile_time_s": 0.5,
+        "start_time": 1795346334.0,
+        "recompile_reason": "0/0: x",
+        "fail_type": None,
+        "fail_reason": None,
+        "cache_size": 0,
+        "has_guarded_code": True,
+    },
     "bwd_compile": {"compile_id": "0/0", "duration_us": 100, "inductor_compile_time_s": 0.1},
     "recompile_reasons": {"compile_id": "0/1", "reasons": ["0/0: x"]},
-    "graph_break": {"compile_id": "0/0", "frame_id": 0, "file": "/w/a.py", "line": 4, "summary": "s", "reason": "r",
-                    "hints": ["h"], "user_stack": [{"file": "/w/a.py", "line": 4}], "url": "u", "gb_id": "gb1"},
+    "graph_break": {
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "file": "/w/a.py",
+        "line": 4,
+        "summary": "s",
+        "reason": "r",
+        "hints": ["h"],
+        "user_stack": [{"file": "/w/a.py", "line": 4}],
+        "url": "u",
+        "gb_id": "gb1",
+    },
     "cache": {"compile_id": "0/0", "cache": "fx_graph", "result": "hit", "reason": "r", "time_saved_s": 1.0},
     "autotune": {"compile_id": "0/0", "kernels": [{"name": "k", "autotune_cache_state": "hit"}]},
     "cudagraph": {"reason": "skipping"},
@@ -113,7 +261,9 @@ def events(draw) -> dict:
     own = sorted(template) + ["t"]
     for _ in range(draw(st.integers(0, 3))):
         # mostly the fields this kind's handler reads, sometimes any other
-        field = draw(st.sampled_from(own) if draw(st.integers(0, 3)) else (st.sampled_from(FIELDS) | st.text(max_size=6)))
+        field = draw(
+            st.sampled_from(own) if draw(st.integers(0, 3)) else (st.sampled_from(FIELDS) | st.text(max_size=6))
+        )
         choice = draw(st.integers(0, 9))
         if choice == 0:
             ev.pop(field, None)
@@ -163,8 +313,31 @@ def test_decode_never_raises_on_text(text):
     assert ev is None or (isinstance(ev, dict) and isinstance(ev["kind"], str))
 
 
-json_tokens = st.sampled_from(['{', '}', '[', ']', ',', ':', '"kind"', '"t"', '"steps"', '"note"', 'NaN', 'Infinity',
-                               '-Infinity', '1e999', '1' + '0' * 400, 'null', 'true', '"\\ud800"', '"x"', '0', '-1.5'])
+json_tokens = st.sampled_from(
+    [
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        '"kind"',
+        '"t"',
+        '"steps"',
+        '"note"',
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e999",
+        "1" + "0" * 400,
+        "null",
+        "true",
+        '"\\ud800"',
+        '"x"',
+        "0",
+        "-1.5",
+    ]
+)
 
 
 @FAST
@@ -186,8 +359,11 @@ def test_line_splitter_never_raises_and_stays_bounded(chunks, max_line):
 
 
 @FAST
-@given(st.lists(st.binary(max_size=24).map(lambda b: b.replace(b"\n", b"")), max_size=20),
-       st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.integers(min_value=1, max_value=16))
+@given(
+    st.lists(st.binary(max_size=24).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=8),
+    st.integers(min_value=1, max_value=16),
+)
 def test_line_splitter_gives_every_line_up_to_the_limit_wherever_chunks_are_cut(lines, cuts, max_line):
     stream = b"".join(ln + b"\n" for ln in lines) + b"tail"
     sp = LineSplitter(max_line=max_line)
@@ -219,8 +395,9 @@ SITES_OF_MIXED_TYPES = [
     {"kind": "graph_break", "t": 1.0, "file": 3, "line": 1, "reason": "r"},
     {"kind": "graph_break", "t": 1.0, "file": "/w/a.py", "line": 1, "reason": "r"},
 ]
-NON_FINITE = [{"kind": "compile", "t": 1.0, "compile_id": "0/0", "frame_id": 0,
-               "entire_frame_compile_time_s": float("nan")}]
+NON_FINITE = [
+    {"kind": "compile", "t": 1.0, "compile_id": "0/0", "frame_id": 0, "entire_frame_compile_time_s": float("nan")}
+]
 
 
 @settings(max_examples=250, **HEAVY)
@@ -301,11 +478,23 @@ def _cleanup():
 
 garbage_lines = st.one_of(
     st.binary(max_size=80),
-    st.sampled_from([b"", b"\r", b"[]", b"{}", b'{"kind":1}', b'{"kind":"note","t":NaN}',
-                     b'{"kind":"note","t":1e999}', b'{"kind":"exit","t":1' + b"0" * 400 + b"}",
-                     b'{"kind":"steps","t":1,"src":"api","i0":0,"ns":[0,1e999,NaN]}',
-                     b'{"kind":"compile","t":1,"compile_id":"0/0","entire_frame_compile_time_s":Infinity}',
-                     b'{"kind":"graph_break","t":1,"file":3,"line":1}', b"\x00\x00", b"\xef\xbb\xbf{"]),
+    st.sampled_from(
+        [
+            b"",
+            b"\r",
+            b"[]",
+            b"{}",
+            b'{"kind":1}',
+            b'{"kind":"note","t":NaN}',
+            b'{"kind":"note","t":1e999}',
+            b'{"kind":"exit","t":1' + b"0" * 400 + b"}",
+            b'{"kind":"steps","t":1,"src":"api","i0":0,"ns":[0,1e999,NaN]}',
+            b'{"kind":"compile","t":1,"compile_id":"0/0","entire_frame_compile_time_s":Infinity}',
+            b'{"kind":"graph_break","t":1,"file":3,"line":1}',
+            b"\x00\x00",
+            b"\xef\xbb\xbf{",
+        ]
+    ),
 )
 
 

@@ -26,7 +26,9 @@ def test_shape_recompiles_with_reasons(tmp_path):
     assert rep["compile"]["recompiles"] == 2
     (frame,) = rep["frames"]
     assert frame["name"] == "attention_scores"
-    assert frame["file"].endswith("recompile_shapes.py") and frame["line"] == def_line(workload("recompile_shapes.py"), "attention_scores")
+    assert frame["file"].endswith("recompile_shapes.py") and frame["line"] == def_line(
+        workload("recompile_shapes.py"), "attention_scores"
+    )
     assert frame["compiles"] == 3 and frame["entries"] == 3 and not frame["limit_hit"]
     reasons = frame["recompile_reasons"]
     assert len(reasons) == 2
@@ -44,7 +46,11 @@ def test_recompile_limit_hit_is_attributed_to_the_frame(tmp_path):
     (frame,) = rep["frames"]
     # PyTorch's record of the refused compile has no code name: ctmon follows
     # its frame id back to the user's function.
-    assert frame["name"] == "pool" and frame["line"] == def_line(workload("recompile_limit.py"), "pool") and frame["limit_hit"] is True
+    assert (
+        frame["name"] == "pool"
+        and frame["line"] == def_line(workload("recompile_limit.py"), "pool")
+        and frame["limit_hit"] is True
+    )
     assert frame["entries"] == 3
     events = run.events()
     refused = [e for e in events if e["kind"] == "compile" and e.get("fail_type")]

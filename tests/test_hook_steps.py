@@ -65,7 +65,9 @@ def test_ctmon_step_is_a_noop_without_ctmon(tmp_path):
 
     out = subprocess.run(
         [sys.executable, "-c", "import ctmon, sys; ctmon.step(); print(ctmon.active(), 'torch' in sys.modules)"],
-        capture_output=True, text=True, env=env_with(),
+        capture_output=True,
+        text=True,
+        env=env_with(),
     )
     assert out.returncode == 0 and out.stdout.strip() == "False False"
 

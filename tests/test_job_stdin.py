@@ -18,10 +18,12 @@ from ctmon.tui.app import CtmonApp
 from ctmon.tui.stdin_prompt import StdinPrompt
 from ctmon.tui.testing import QueueFeed, wait_applied
 
-ASK = ("import sys\n"
-       "print('TTY', sys.stdin.isatty(), flush=True)\n"
-       "name = input('name? ')\n"
-       "print('hello', name, flush=True)\n")
+ASK = (
+    "import sys\n"
+    "print('TTY', sys.stdin.isatty(), flush=True)\n"
+    "name = input('name? ')\n"
+    "print('hello', name, flush=True)\n"
+)
 
 
 def _events(path: str) -> list[dict]:
@@ -39,10 +41,16 @@ def _output(path: str) -> str:
 def test_record_input_from_a_pipe_as_under_python(tmp_path):
     job = tmp_path / "ask.py"
     job.write_text(ASK)
-    plain = subprocess.run(["bash", "-c", f"echo bob | {sys.executable} {job}"], capture_output=True, text=True,
-                           env=env_with(), timeout=60)
-    run = subprocess.run(["bash", "-c", f"echo bob | {sys.executable} -m ctmon record -q -o {tmp_path}/r.jsonl {job}"],
-                         capture_output=True, text=True, env=env_with(), timeout=60)
+    plain = subprocess.run(
+        ["bash", "-c", f"echo bob | {sys.executable} {job}"], capture_output=True, text=True, env=env_with(), timeout=60
+    )
+    run = subprocess.run(
+        ["bash", "-c", f"echo bob | {sys.executable} -m ctmon record -q -o {tmp_path}/r.jsonl {job}"],
+        capture_output=True,
+        text=True,
+        env=env_with(),
+        timeout=60,
+    )
     assert run.returncode == plain.returncode == 0, run.stderr
     assert run.stdout == plain.stdout == "TTY False\nname? hello bob\n"
 
@@ -110,8 +118,13 @@ def test_input_in_a_terminal(tmp_path, cmd):
         for k in ("CTMON_RUNTIME_DIR", "XDG_STATE_HOME"):
             args += ["-e", f"{k}={os.environ[k]}"]
         tm(*args, "-e", f"PYTHONPATH={ROOT}", "bash --norc --noprofile")
-        tm("send-keys", "-t", "e2e", f"export PS1='READY$ '; clear; {sys.executable} -m ctmon {cmd} -o {rec} {job}",
-           "Enter")
+        tm(
+            "send-keys",
+            "-t",
+            "e2e",
+            f"export PS1='READY$ '; clear; {sys.executable} -m ctmon {cmd} -o {rec} {job}",
+            "Enter",
+        )
         deadline = time.monotonic() + 60
         while "name? " not in _output(rec) and time.monotonic() < deadline:
             time.sleep(0.1)

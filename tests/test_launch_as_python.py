@@ -17,8 +17,9 @@ SITE = os.path.join(ROOT, "ctmon", "agent", "site", "sitecustomize.py")
 
 
 def _plain(args: list[str], cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env or env_with(),
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env or env_with(), timeout=120
+    )
 
 
 def _processes(run) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -37,9 +38,11 @@ def test_a_traceback_is_byte_identical_to_pythons(tmp_path):
 
 def test_the_stack_holds_no_ctmon_frame(tmp_path):
     script = tmp_path / "stack.py"
-    script.write_text("import inspect, json\n"
-                      "def f():\n    return [(fr.filename, fr.function) for fr in inspect.stack()]\n"
-                      "print('STACK ' + json.dumps(f()))\n")
+    script.write_text(
+        "import inspect, json\n"
+        "def f():\n    return [(fr.filename, fr.function) for fr in inspect.stack()]\n"
+        "print('STACK ' + json.dumps(f()))\n"
+    )
     plain = _plain([str(script)], str(tmp_path))
     run = record(tmp_path, [str(script)], torch_trace=False, options=["-q"], cwd=str(tmp_path))
     assert run.returncode == 0, run.proc.stderr
@@ -55,10 +58,12 @@ def _zip_app(path: str, main: str, extra: dict[str, str] | None = None) -> None:
             z.writestr(name, text)
 
 
-ZIP_MAIN = ("import os, sys\n"
-            "os.chdir(os.environ.get('CHDIR_TO', '.'))\n"
-            "import helper\n"  # imported after the chdir: sys.path[0] must still find the archive
-            "print('ZIP', helper.VALUE, sys.argv[1:])\n")
+ZIP_MAIN = (
+    "import os, sys\n"
+    "os.chdir(os.environ.get('CHDIR_TO', '.'))\n"
+    "import helper\n"  # imported after the chdir: sys.path[0] must still find the archive
+    "print('ZIP', helper.VALUE, sys.argv[1:])\n"
+)
 
 
 def test_zip_apps_run_as_under_python(tmp_path):
@@ -70,8 +75,14 @@ def test_zip_apps_run_as_under_python(tmp_path):
         plain = _plain([name, "a"], str(tmp_path), env)
         assert plain.returncode == 0 and "ZIP 42 ['a']" in plain.stdout, plain.stderr
         rec = tmp_path / f"{name}.jsonl"
-        run = subprocess.run([sys.executable, "-m", "ctmon", "record", "-q", "-o", str(rec), name, "a"],
-                             cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-m", "ctmon", "record", "-q", "-o", str(rec), name, "a"],
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         assert run.stdout == plain.stdout
         assert run.stderr == plain.stderr
@@ -82,10 +93,17 @@ def test_the_users_own_sitecustomize_still_runs(tmp_path):
     user_site.mkdir()
     (user_site / "sitecustomize.py").write_text("import os\nprint('USER SITECUSTOMIZE', os.getpid())\n")
     script = tmp_path / "job.py"
-    script.write_text("import os, sys\nprint('JOB', os.getpid())\nprint('PATH_HAS_CTMON_SITE', any(p.endswith(('agent/site', 'agent/site/')) for p in sys.path))\n"
-                      "print('SITECUSTOMIZE', sys.modules['sitecustomize'].__file__)\n")
-    run = record(tmp_path, [str(script)], torch_trace=False, options=["-q"],
-                 extra_env={"PYTHONPATH": ROOT + os.pathsep + str(user_site)})
+    script.write_text(
+        "import os, sys\nprint('JOB', os.getpid())\nprint('PATH_HAS_CTMON_SITE', any(p.endswith(('agent/site', 'agent/site/')) for p in sys.path))\n"
+        "print('SITECUSTOMIZE', sys.modules['sitecustomize'].__file__)\n"
+    )
+    run = record(
+        tmp_path,
+        [str(script)],
+        torch_trace=False,
+        options=["-q"],
+        extra_env={"PYTHONPATH": ROOT + os.pathsep + str(user_site)},
+    )
     assert run.returncode == 0, run.proc.stderr
     job_pid = run.proc.stdout.split("JOB ", 1)[1].split()[0]
     assert run.proc.stdout.count(f"USER SITECUSTOMIZE {job_pid}\n") == 1  # (ctmon's own python runs it too)
@@ -96,8 +114,9 @@ def test_the_users_own_sitecustomize_still_runs(tmp_path):
 
 def test_python_children_of_the_job_are_not_agents(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text("import subprocess, sys\n"
-                      "subprocess.run([sys.executable, '-c', 'print(\"child ran\")'], check=True)\n")
+    script.write_text(
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'print(\"child ran\")'], check=True)\n"
+    )
     run = record(tmp_path, [str(script)], torch_trace=False, options=["-q"])
     assert run.returncode == 0, run.proc.stderr
     assert "child ran" in run.proc.stdout
@@ -106,8 +125,13 @@ def test_python_children_of_the_job_are_not_agents(tmp_path):
 
 
 def test_module_mode_names_the_module_in_the_process_event(tmp_path):
-    run = record(tmp_path, ["-m", "whoami_mod", "a"], cwd=os.path.join(ROOT, "tests", "workloads"), torch_trace=False,
-                 options=["-q"])
+    run = record(
+        tmp_path,
+        ["-m", "whoami_mod", "a"],
+        cwd=os.path.join(ROOT, "tests", "workloads"),
+        torch_trace=False,
+        options=["-q"],
+    )
     assert run.returncode == 0, run.proc.stderr
     assert _processes(run)[0]["argv"] == ["-m", "whoami_mod", "a"]
 
@@ -143,8 +167,10 @@ def test_the_hook_is_inert_outside_a_monitored_job(tmp_path):
 
 def test_importing_sitecustomize_again_starts_no_second_agent(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text("import importlib, sys\nsys.modules.pop('sitecustomize', None)\n"
-                      "sys.path.insert(0, sys.argv[1])\nimportlib.import_module('sitecustomize')\nprint('ok')\n")
+    script.write_text(
+        "import importlib, sys\nsys.modules.pop('sitecustomize', None)\n"
+        "sys.path.insert(0, sys.argv[1])\nimportlib.import_module('sitecustomize')\nprint('ok')\n"
+    )
     run = record(tmp_path, [str(script), os.path.dirname(SITE)], torch_trace=False, options=["-q"])
     assert run.returncode == 0, run.proc.stderr
     assert run.proc.stdout == "ok\n"

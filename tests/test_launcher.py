@@ -53,9 +53,13 @@ def test_stdin_passes_through(tmp_path):
 
 def test_output_passes_through_unchanged_and_summary_goes_to_stderr(tmp_path):
     script = tmp_path / "out.py"
-    script.write_text("import sys\nsys.stdout.write('a\\nb\\r\\nc')\nsys.stderr.write('err\\n')\nsys.stdout.buffer.write(b'\\xff\\xfe\\n')\n")
+    script.write_text(
+        "import sys\nsys.stdout.write('a\\nb\\r\\nc')\nsys.stderr.write('err\\n')\nsys.stdout.buffer.write(b'\\xff\\xfe\\n')\n"
+    )
     rec = str(tmp_path / "r.jsonl")
-    out = subprocess.run([sys.executable, "-m", "ctmon", "record", "-o", rec, str(script)], capture_output=True, env=env_with())
+    out = subprocess.run(
+        [sys.executable, "-m", "ctmon", "record", "-o", rec, str(script)], capture_output=True, env=env_with()
+    )
     assert out.returncode == 0
     assert out.stdout == b"a\nb\r\nc\xff\xfe\n"
     assert out.stderr.startswith(b"err\n")

@@ -131,15 +131,46 @@ def test_token_never_on_a_command_line(tmp_path, rt) -> None:  # type: ignore[no
         os.chmod(loose, 0o644)
         loose_out = ctmon("watch", "--connect", addr, "--token-file", loose, env=env_for(rt))
         try:
-            subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", "-s", "w", PY, "-m", "ctmon",
-                            "watch", "--connect", addr, "--token-file", path], env=tenv, cwd=ROOT, check=True,
-                           timeout=30)
-            pane_pid = int(subprocess.run([*tmux, "display", "-p", "-t", "w", "#{pane_pid}"], env=tenv,
-                                          capture_output=True, text=True, check=True, timeout=10).stdout)
+            subprocess.run(
+                [
+                    *tmux,
+                    "new-session",
+                    "-d",
+                    "-x",
+                    "120",
+                    "-y",
+                    "40",
+                    "-s",
+                    "w",
+                    PY,
+                    "-m",
+                    "ctmon",
+                    "watch",
+                    "--connect",
+                    addr,
+                    "--token-file",
+                    path,
+                ],
+                env=tenv,
+                cwd=ROOT,
+                check=True,
+                timeout=30,
+            )
+            pane_pid = int(
+                subprocess.run(
+                    [*tmux, "display", "-p", "-t", "w", "#{pane_pid}"],
+                    env=tenv,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=10,
+                ).stdout
+            )
 
             def screen() -> str:
-                return subprocess.run([*tmux, "capture-pane", "-p", "-t", "w"], env=tenv, capture_output=True,
-                                      text=True, timeout=10).stdout
+                return subprocess.run(
+                    [*tmux, "capture-pane", "-p", "-t", "w"], env=tenv, capture_output=True, text=True, timeout=10
+                ).stdout
 
             wait_until(lambda: "faults_job" in screen() or addr in screen(), 30, "the viewer's screen")
             with open(f"/proc/{pane_pid}/cmdline", "rb") as f:
@@ -214,8 +245,9 @@ def test_listen_on_every_interface_is_announced(tmp_path, rt) -> None:  # type: 
     assert not any(map(is_local_only, ("0.0.0.0", "::", "10.1.2.3", "node7")))
     tmp = str(tmp_path)
     for spec in ("0:0", "127.0.0.1:0"):
-        out = ctmon("record", "-q", "-o", os.path.join(tmp, "r.jsonl"), "--listen", spec, JOB, "--steps", "3",
-                    env=env_for(rt))
+        out = ctmon(
+            "record", "-q", "-o", os.path.join(tmp, "r.jsonl"), "--listen", spec, JOB, "--steps", "3", env=env_for(rt)
+        )
         assert out.returncode == 0, out.stderr
         warned = "ctmon: warning: --listen 0.0.0.0:" in out.stderr and "reachable from the network" in out.stderr
         assert warned == (spec == "0:0"), out.stderr
@@ -236,8 +268,16 @@ def _bad_agent_lines(sdir: str) -> list[bytes]:
         protocol.encode({"kind": "process", "t": 1.0, "pid": 1, "step_ring": "/" + "a" * 10000}),
         b'{"kind":"note","t":1,"level":"warning","source":"x","message":' + b"[" * DEEP + b"]" * DEEP + b"}\n",
         b'{"kind":"note","t":1,"message":{"m":' + b'{"m":' * DEEP + b"1" + b"}" * DEEP + b"}}\n",
-        protocol.encode({"kind": "compile", "t": 1.0, "compile_id": ["0/0"], "frame_id": "x",
-                         "entire_frame_compile_time_s": "slow", "co_name": {"a": 1}}),
+        protocol.encode(
+            {
+                "kind": "compile",
+                "t": 1.0,
+                "compile_id": ["0/0"],
+                "frame_id": "x",
+                "entire_frame_compile_time_s": "slow",
+                "co_name": {"a": 1},
+            }
+        ),
         protocol.encode({"kind": "graph_break", "t": 1.0, "user_stack": "not a list", "line": [1]}),
         protocol.encode({"kind": "note", "t": "yesterday", "message": 1e308}),
         b'{"kind":"note","t":1,"message":"' + b"x" * (2 << 20) + b'"}\n',  # over the line limit
@@ -285,14 +325,14 @@ def test_report_of_a_deeply_nested_note(tmp_path) -> None:  # type: ignore[no-un
     rec = str(tmp_path / "deep.jsonl")
     with open(rec, "wb") as f:
         f.write(protocol.encode({"kind": "session", "t": 1.0, "v": 1, "id": "x", "command": ["a.py"]}))
-        f.write(b'{"kind":"note","t":2,"level":"warning","source":"x","message":' + b"[" * DEEP + b"]" * DEEP
-                + b"}\n")
+        f.write(b'{"kind":"note","t":2,"level":"warning","source":"x","message":' + b"[" * DEEP + b"]" * DEEP + b"}\n")
         f.write(b'{"kind":"note","t":2,"message":' + b'{"m":' * DEEP + b"1" + b"}" * DEEP + b"}\n")
         f.write(protocol.encode({"kind": "exit", "t": 3.0, "code": 0, "signal": None}))
     for fmt in ([], ["--md"], ["--json"]):
         out = ctmon("report", rec, *fmt)
-        assert out.returncode == 0 and "Traceback" not in out.stderr and "RecursionError" not in out.stdout, \
-            out.stderr[-2000:]
+        assert out.returncode == 0 and "Traceback" not in out.stderr and "RecursionError" not in out.stdout, out.stderr[
+            -2000:
+        ]
     assert protocol.decode(b'{"kind":"n","t":1,"m":' + b"[" * 31 + b"]" * 31 + b"}") is not None
     assert protocol.decode(b'{"kind":"n","t":1,"m":' + b"[" * 32 + b"]" * 32 + b"}") is None
 
@@ -376,8 +416,18 @@ def test_stop_grace_from_a_viewer_is_bounded() -> None:
     job.proc = Running()  # type: ignore[assignment]
     job.signal_job = lambda sig, group: sent.append(sig)  # type: ignore[method-assign]
     job.emit = lambda ev: None
-    for grace, want in ((5, 5.0), (0, None), (10**400, MAX_STOP_GRACE_S), (1e308, MAX_STOP_GRACE_S),
-                        (-1, 30.0), (float("nan"), 30.0), (True, 30.0), ("5", 30.0), (None, 30.0), ([1], 30.0)):
+    for grace, want in (
+        (5, 5.0),
+        (0, None),
+        (10**400, MAX_STOP_GRACE_S),
+        (1e308, MAX_STOP_GRACE_S),
+        (-1, 30.0),
+        (float("nan"), 30.0),
+        (True, 30.0),
+        ("5", 30.0),
+        (None, 30.0),
+        ([1], 30.0),
+    ):
         t0 = time.monotonic()
         job.stop(grace)
         got = None if job._kill_at is None else round(job._kill_at - t0)

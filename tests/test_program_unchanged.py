@@ -69,8 +69,13 @@ def _ctmon_frames(shape: TraceShape) -> list[str]:
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_trace_under_ctmon_equals_the_plain_runs(tmp_path, name):
     plain_dir = str(tmp_path / "plain_trace")
-    plain = subprocess.run([sys.executable, SCRIPT, name, str(STEPS)], capture_output=True, text=True,
-                           env=env_with(TORCH_TRACE=plain_dir), timeout=300)
+    plain = subprocess.run(
+        [sys.executable, SCRIPT, name, str(STEPS)],
+        capture_output=True,
+        text=True,
+        env=env_with(TORCH_TRACE=plain_dir),
+        timeout=300,
+    )
     assert plain.returncode == 0, plain.stderr[-3000:]
     run = record(tmp_path / "ctmon", [SCRIPT, name, str(STEPS)], options=["-q"])
     assert run.returncode == 0, run.proc.stderr[-3000:]
@@ -109,8 +114,13 @@ def test_the_comparison_sees_a_changed_program(tmp_path):
     )
     shapes = []
     for argv, trace in (([SCRIPT], "a"), ([str(hook), SCRIPT], "b")):
-        out = subprocess.run([sys.executable, *argv, "opt_step", "3"], capture_output=True, text=True,
-                             env=env_with(TORCH_TRACE=str(tmp_path / trace)), timeout=300)
+        out = subprocess.run(
+            [sys.executable, *argv, "opt_step", "3"],
+            capture_output=True,
+            text=True,
+            env=env_with(TORCH_TRACE=str(tmp_path / trace)),
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         shapes.append(read_trace_shape(str(tmp_path / trace)))
     plain, hooked = shapes
@@ -126,8 +136,13 @@ def test_optimizer_hook_folds_away_where_dynamo_traces_it(tmp_path):
     entry, and ctmon counts no steps from such a call: see RELIABILITY.md.)"""
     name = "opt_step_dynamo_optimize"
     plain_dir = str(tmp_path / "plain_trace")
-    plain = subprocess.run([sys.executable, SCRIPT, name, str(STEPS)], capture_output=True, text=True,
-                           env=env_with(TORCH_TRACE=plain_dir), timeout=300)
+    plain = subprocess.run(
+        [sys.executable, SCRIPT, name, str(STEPS)],
+        capture_output=True,
+        text=True,
+        env=env_with(TORCH_TRACE=plain_dir),
+        timeout=300,
+    )
     assert plain.returncode == 0, plain.stderr[-3000:]
     run = record(tmp_path / "ctmon", [SCRIPT, name, str(STEPS)], options=["-q"])
     assert run.returncode == 0, run.proc.stderr[-3000:]

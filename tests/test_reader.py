@@ -12,16 +12,43 @@ from ctmon import protocol
 from ctmon.reader import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 from ctmon.store import Session
 
-SESSION = {"kind": "session", "t": 1795346328.5, "v": 1, "ctmon": "0.1.0", "id": "20261122-111848-x-1",
-           "mode": "record", "command": ["python", "x.py"], "cwd": "/tmp", "host": "vm", "pid": 10, "job_pid": 11}
+SESSION = {
+    "kind": "session",
+    "t": 1795346328.5,
+    "v": 1,
+    "ctmon": "0.1.0",
+    "id": "20261122-111848-x-1",
+    "mode": "record",
+    "command": ["python", "x.py"],
+    "cwd": "/tmp",
+    "host": "vm",
+    "pid": 10,
+    "job_pid": 11,
+}
 EVENTS = [
     SESSION,
     {"kind": "process", "t": 1795346328.7, "pid": 11, "python": "3.11.7"},
     {"kind": "steps", "t": 1795346334.1, "src": "compiled_call", "i0": 0, "ns": [0]},
-    {"kind": "compile_start", "t": 1795346334.15, "compile_id": "0/0", "frame_id": 0, "name": "pool",
-     "file": "/w/recompile_limit.py", "line": 7, "user_code": True},
-    {"kind": "compile", "t": 1795346334.43, "compile_id": "0/0", "frame_id": 0, "co_name": "pool",
-     "co_filename": "/w/recompile_limit.py", "co_firstlineno": 7, "entire_frame_compile_time_s": 0.279},
+    {
+        "kind": "compile_start",
+        "t": 1795346334.15,
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "name": "pool",
+        "file": "/w/recompile_limit.py",
+        "line": 7,
+        "user_code": True,
+    },
+    {
+        "kind": "compile",
+        "t": 1795346334.43,
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "co_name": "pool",
+        "co_filename": "/w/recompile_limit.py",
+        "co_firstlineno": 7,
+        "entire_frame_compile_time_s": 0.279,
+    },
     {"kind": "output", "t": 1795346334.63, "stream": "stdout", "data": "ok\n"},
     {"kind": "exit", "t": 1795346336.28, "code": 0, "signal": None},
 ]
@@ -168,8 +195,16 @@ def test_newer_protocol_version_warns_but_reads(tmp_path):
 def test_unknown_kinds_and_fields_are_skipped_by_the_store(tmp_path):
     extra = [
         {"kind": "hologram", "t": 1795346331.0, "x": [1, 2]},
-        {"kind": "compile_start", "t": 1795346334.16, "compile_id": "1/0", "frame_id": 1, "name": "g",
-         "file": "/w/a.py", "line": 3, "new_field": {"deep": [None]}},
+        {
+            "kind": "compile_start",
+            "t": 1795346334.16,
+            "compile_id": "1/0",
+            "frame_id": 1,
+            "name": "g",
+            "file": "/w/a.py",
+            "line": 3,
+            "new_field": {"deep": [None]},
+        },
     ]
     evs, st = read_all(write(tmp_path, "u.jsonl", recording_bytes([*EVENTS[:3], *extra, *EVENTS[3:]])))
     assert st.bad_lines == 0
@@ -294,8 +329,14 @@ def _ctmon_report(path: str, *args: str):
 
     from helpers import ROOT, env_with
 
-    return subprocess.run([sys.executable, "-m", "ctmon", "report", path, *args], cwd=ROOT, env=env_with(),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ctmon", "report", path, *args],
+        cwd=ROOT,
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_second_session_header_keeps_the_first_and_warns(tmp_path):
@@ -306,8 +347,10 @@ def test_second_session_header_keeps_the_first_and_warns(tmp_path):
     assert s.meta.session_id == SESSION["id"] and s.meta.command == ["python", "x.py"] and s.meta.pid == 11
     (note,) = s.notes
     assert note["level"] == "warning"
-    assert note["message"] == (f"recording holds a second session header at event {len(EVENTS) + 1} "
-                               "(two recordings concatenated?); showing the first")
+    assert note["message"] == (
+        f"recording holds a second session header at event {len(EVENTS) + 1} "
+        "(two recordings concatenated?); showing the first"
+    )
     out = _ctmon_report(write(tmp_path, "cat2.jsonl", data), "--json")
     rep = json.loads(out.stdout)
     assert rep["session_id"] == SESSION["id"]

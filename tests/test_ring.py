@@ -226,8 +226,21 @@ def _header(magic=MAGIC, version=VERSION, capacity=8, index=0) -> bytes:
         b"x" * 100,  # size not a whole number of 8-byte words
         _header(capacity=8) + bytes(64) + b"abc",  # a valid ring with a torn tail
     ],
-    ids=["empty", "tiny", "63-bytes", "magic-0", "magic-off", "text", "version", "cap-0", "cap-neg",
-         "cap-not-pow2", "truncated", "odd-size-text", "odd-size-ring"],
+    ids=[
+        "empty",
+        "tiny",
+        "63-bytes",
+        "magic-0",
+        "magic-off",
+        "text",
+        "version",
+        "cap-0",
+        "cap-neg",
+        "cap-not-pow2",
+        "truncated",
+        "odd-size-text",
+        "odd-size-ring",
+    ],
 )
 def test_open_rejects_files_that_are_not_rings(tmp_path, data):
     path = _file(str(tmp_path / "x.ring"), data)

@@ -84,8 +84,15 @@ def test_private_modes_during_a_run(tmp_path, rt) -> None:  # type: ignore[no-un
     with recording(tmp, args, env_for(rt), options=["--listen", "127.0.0.1:0"]) as run:
         run.wait_stdout("READY")
         sdir = _session_dir(rt)
-        wait_until(lambda: glob.glob(os.path.join(sdir, "steps-*.ring")) and os.path.exists(os.path.join(sdir, "token"))
-                   and os.path.exists(os.path.join(sdir, "session.json")), 10, "the session's files")
+        wait_until(
+            lambda: (
+                glob.glob(os.path.join(sdir, "steps-*.ring"))
+                and os.path.exists(os.path.join(sdir, "token"))
+                and os.path.exists(os.path.join(sdir, "session.json"))
+            ),
+            10,
+            "the session's files",
+        )
         modes = {"runtime dir": _mode(os.path.join(rt, "run")), "session dir": _mode(sdir)}
         for name in os.listdir(sdir):
             if not name.endswith(".tmp"):
@@ -161,7 +168,9 @@ def test_other_users_sessions_are_not_listed(tmp_path, rt) -> None:  # type: ign
         for key in ("20990101-000000-theirs", "20990101-000000-link"):
             out = ctmon("watch", key, env=env_for(rt))
             assert out.returncode == 2
-            assert out.stderr.strip() == f"ctmon: watch: no live ctmon session for '{key}' (ctmon watch --list shows them)"
+            assert (
+                out.stderr.strip() == f"ctmon: watch: no live ctmon session for '{key}' (ctmon watch --list shows them)"
+            )
         open(gate, "w").close()
         assert run.wait(30) == 0
 
@@ -188,8 +197,13 @@ except OSError as e:
 
 
 def _as_nobody(*args: str) -> dict[str, Any]:
-    p = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY, "-c", _PEER, *args],
-                       capture_output=True, text=True, timeout=30, cwd="/")
+    p = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY, "-c", _PEER, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)  # type: ignore[no-any-return]
 
@@ -272,8 +286,15 @@ def test_no_pickle_or_eval_in_ctmon() -> None:
 
 
 def _tcp_address(run) -> tuple[str, int, str]:  # type: ignore[no-untyped-def]
-    m = wait_until(lambda: re.search(r"viewers can connect to ([\d.]+):(\d+): ctmon watch --connect \S+ "
-                                     r"--token-file (\S+)", run.stderr()), 20, "the TCP address")
+    m = wait_until(
+        lambda: re.search(
+            r"viewers can connect to ([\d.]+):(\d+): ctmon watch --connect \S+ "
+            r"--token-file (\S+)",
+            run.stderr(),
+        ),
+        20,
+        "the TCP address",
+    )
     with open(m.group(3)) as f:
         return m.group(1), int(m.group(2)), f.read().strip()
 
@@ -383,8 +404,23 @@ def test_hostile_peers_change_nothing(tmp_path, rt) -> None:  # type: ignore[no-
             a.sendall(os.urandom(64 << 10) + b"\n")
             a.sendall(b"{" + b"x" * (10 << 20) + b"\n")
             for kind in ("session", "exit", "output", "sample", "steps"):
-                a.sendall(json.dumps({"kind": kind, "t": 1.0, "code": 99, "stream": "stdout", "data": "SPOOFED\n",
-                                      "src": "api", "i0": 0, "ns": [1] * 50, "v": 1, "id": "spoof"}).encode() + b"\n")
+                a.sendall(
+                    json.dumps(
+                        {
+                            "kind": kind,
+                            "t": 1.0,
+                            "code": 99,
+                            "stream": "stdout",
+                            "data": "SPOOFED\n",
+                            "src": "api",
+                            "i0": 0,
+                            "ns": [1] * 50,
+                            "v": 1,
+                            "id": "spoof",
+                        }
+                    ).encode()
+                    + b"\n"
+                )
             # 5. TCP: wrong token, junk, no hello; then the right token
             wrong = tcp()
             wrong.sendall(json.dumps({"kind": "hello", "t": 1.0, "token": "not-the-token"}).encode() + b"\n")
@@ -416,9 +452,15 @@ def test_hostile_peers_change_nothing(tmp_path, rt) -> None:  # type: ignore[no-
                 s.close()
     info = job_info(run.stdout())
     events, report = assert_complete(run.rec, ref.steps, ref)
-    measure("hostile peers", rc=rc, steps=report["steps"]["count"], max_gap_s=info and info["max_gap_s"],
-            real_viewer_events=final["events"], recording_events=len(events),
-            **{k: (list(v) if isinstance(v, tuple) else v) for k, v in results.items()})
+    measure(
+        "hostile peers",
+        rc=rc,
+        steps=report["steps"]["count"],
+        max_gap_s=info and info["max_gap_s"],
+        real_viewer_events=final["events"],
+        recording_events=len(events),
+        **{k: (list(v) if isinstance(v, tuple) else v) for k, v in results.items()},
+    )
     assert rc == ref.rc == 0
     assert info is not None and info["max_gap_s"] < 1.0, info
     assert final["events"] == len(events) and final["last"] == "exit"
@@ -442,8 +484,26 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-_kinds = st.sampled_from(["session", "process", "exit", "output", "sample", "steps", "note", "drops", "compile",
-                          "compile_start", "graph_break", "cache", "device_time", "control", "hello", "x"])
+_kinds = st.sampled_from(
+    [
+        "session",
+        "process",
+        "exit",
+        "output",
+        "sample",
+        "steps",
+        "note",
+        "drops",
+        "compile",
+        "compile_start",
+        "graph_break",
+        "cache",
+        "device_time",
+        "control",
+        "hello",
+        "x",
+    ]
+)
 
 
 def _event_line(kind: str, fields: dict[str, Any], sdir: str, ring_name: str) -> bytes:
@@ -476,9 +536,23 @@ def test_fuzz_the_live_sockets(tmp_path, rt) -> None:  # type: ignore[no-untyped
             chunks=st.lists(
                 st.one_of(
                     st.binary(max_size=3000),
-                    st.builds(_event_line, _kinds, st.dictionaries(st.text(max_size=10), _json, max_size=5),
-                              st.just(sdir), st.sampled_from(["steps-1.ring", "viewer.sock", "session.json",
-                                                              "../x.ring", "/dev/zero", "/etc/passwd", "nope"])),
+                    st.builds(
+                        _event_line,
+                        _kinds,
+                        st.dictionaries(st.text(max_size=10), _json, max_size=5),
+                        st.just(sdir),
+                        st.sampled_from(
+                            [
+                                "steps-1.ring",
+                                "viewer.sock",
+                                "session.json",
+                                "../x.ring",
+                                "/dev/zero",
+                                "/etc/passwd",
+                                "nope",
+                            ]
+                        ),
+                    ),
                 ),
                 max_size=6,
             ),
@@ -514,46 +588,73 @@ def test_fuzz_the_live_sockets(tmp_path, rt) -> None:  # type: ignore[no-untyped
     kinds: dict[str, int] = {}
     for e in events:
         kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
-    measure("socket fuzzing", examples=counts["examples"], rc=rc, steps=report["steps"]["count"],
-            recording_events=len(events), kinds=kinds)
+    measure(
+        "socket fuzzing",
+        examples=counts["examples"],
+        rc=rc,
+        steps=report["steps"]["count"],
+        recording_events=len(events),
+        kinds=kinds,
+    )
 
 
 # ------------------------------------- fuzzing TCP hellos and agent values
 
 _surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=4)
 _any_text = st.one_of(st.text(max_size=20), _surrogates, st.sampled_from(["…", "é", "\x00", "tok\u2028en", "🔑"]))
-_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _any_text,
-                    st.sampled_from([10**400, -(2**63), 1e308]))
-_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_any_text, inner, max_size=3),
-                      max_leaves=8)
+_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), _any_text, st.sampled_from([10**400, -(2**63), 1e308])
+)
+_value = st.recursive(
+    _scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_any_text, inner, max_size=3), max_leaves=8
+)
 
 
 def _deep(n: int, kind: str = "hello") -> bytes:
     return b'{"kind":"' + kind.encode() + b'","t":1,"token":' + b"[" * n + b"]" * n + b"}\n"
 
 
-_raw = st.sampled_from([
-    _deep(900), _deep(40), _deep(100_000), _deep(900, "note"), b"\x00" * 64 + b"\n", b"\xff\xfe\xfd\n",
-    b'{"kind":"hello","t":1,"token":"\xff\xfe"}\n', b'{"kind":"hello","token":"\\ud800"}\n',
-    b'{"kind":"process","t":1,"step_ring":"a\\u0000b"}\n', b'{"kind":"process","t":1,"step_ring":7}\n',
-    b'{"kind":"hello","t":1,"token":"' + b"x" * (300 << 10) + b'"}\n', b"A" * (1100 << 10) + b"\n",
-    b'{"kind":"note","t":1e999,"message":NaN}\n', b'{"kind":"hello","t":1,"token":' + b"9" * 5000 + b"}\n",
-])
+_raw = st.sampled_from(
+    [
+        _deep(900),
+        _deep(40),
+        _deep(100_000),
+        _deep(900, "note"),
+        b"\x00" * 64 + b"\n",
+        b"\xff\xfe\xfd\n",
+        b'{"kind":"hello","t":1,"token":"\xff\xfe"}\n',
+        b'{"kind":"hello","token":"\\ud800"}\n',
+        b'{"kind":"process","t":1,"step_ring":"a\\u0000b"}\n',
+        b'{"kind":"process","t":1,"step_ring":7}\n',
+        b'{"kind":"hello","t":1,"token":"' + b"x" * (300 << 10) + b'"}\n',
+        b"A" * (1100 << 10) + b"\n",
+        b'{"kind":"note","t":1e999,"message":NaN}\n',
+        b'{"kind":"hello","t":1,"token":' + b"9" * 5000 + b"}\n",
+    ]
+)
 
 
 def _json_line(obj: Any) -> bytes:
     return json.dumps(obj, allow_nan=True).encode() + b"\n"
 
 
-_hellos = st.fixed_dictionaries({"kind": st.just("hello"), "t": _scalar, "token": st.one_of(_any_text, _value)}
-                                ).map(_json_line)
+_hellos = st.fixed_dictionaries({"kind": st.just("hello"), "t": _scalar, "token": st.one_of(_any_text, _value)}).map(
+    _json_line
+)
 _lines = st.one_of(
     _value.map(_json_line),  # hellos and events of every JSON type: null, numbers, lists, ...
     _hellos,
-    st.fixed_dictionaries({"kind": st.sampled_from(["note", "process", "compile", "graph_break", "control", "hello"]),
-                           "t": _scalar}, optional={"message": _value, "step_ring": _value, "token": _value,
-                                                    "action": _value, "grace": _value, "compile_id": _value}
-                          ).map(_json_line),
+    st.fixed_dictionaries(
+        {"kind": st.sampled_from(["note", "process", "compile", "graph_break", "control", "hello"]), "t": _scalar},
+        optional={
+            "message": _value,
+            "step_ring": _value,
+            "token": _value,
+            "action": _value,
+            "grace": _value,
+            "compile_id": _value,
+        },
+    ).map(_json_line),
     _raw,
     st.binary(max_size=200),
 )
@@ -580,8 +681,11 @@ def test_fuzz_tcp_hellos_and_agent_values(tmp_path, rt) -> None:  # type: ignore
         @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @example(which="tcp", first=_json_line({"kind": "hello", "t": 1, "token": "tok…en"}), lines=[])
         @example(which="agent", first=_deep(900, "note"), lines=[])
-        @given(which=st.sampled_from(["tcp", "tcp", "agent", "viewer"]), first=_hellos | _lines,
-               lines=st.lists(_lines, max_size=3))
+        @given(
+            which=st.sampled_from(["tcp", "tcp", "agent", "viewer"]),
+            first=_hellos | _lines,
+            lines=st.lists(_lines, max_size=3),
+        )
         def poke(which: str, first: bytes, lines: list[bytes]) -> None:
             lines = [first, *lines]  # a TCP peer's first line is its hello (or what stands for one)
             counts["examples"] += 1
@@ -623,5 +727,11 @@ def test_fuzz_tcp_hellos_and_agent_values(tmp_path, rt) -> None:  # type: ignore
     assert rep.returncode == 0, rep.stderr
     summary = json.loads(rep.stdout)
     assert summary["steps"]["count"] == ref.steps
-    measure("tcp/agent fuzzing", fuzz_s=round(fuzz_s, 1), rc=rc, steps=summary["steps"]["count"],
-            recording_events=len(events), **counts)
+    measure(
+        "tcp/agent fuzzing",
+        fuzz_s=round(fuzz_s, 1),
+        rc=rc,
+        steps=summary["steps"]["count"],
+        recording_events=len(events),
+        **counts,
+    )

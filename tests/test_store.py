@@ -40,28 +40,72 @@ def steps(src: str, i0: int, t: float, ns: list[int]) -> dict:
 
 # ----------------------------------------------------------- real-like events
 
-SESSION_EV = {"kind": "session", "t": 1795346328.5086753, "v": 1, "ctmon": "0.1.0",
-              "id": "20261122-111848-recompile_limit-5965", "mode": "record",
-              "command": ["python", RL], "cwd": "/tmp", "host": "vm", "pid": 5965, "job_pid": 5967,
-              "recording": "/tmp/rec/recompile_limit.jsonl"}
-PROCESS_EV = {"kind": "process", "t": 1795346328.705449, "pid": 5967, "ppid": 5965, "python": "3.11.7",
-              "argv": [RL], "step_ring": "/tmp/ctmon-0/x/steps-5967.ring"}
-TORCH_EV = {"kind": "torch", "t": 1795346331.2417254, "torch": "2.13.0+cpu", "cuda": None, "hip": None,
-            "triton": None, "cache_dir": "/tmp/torchinductor_root",
-            "cache_entries": {"fx_graph": 0, "aot_autograd": 0}}
+SESSION_EV = {
+    "kind": "session",
+    "t": 1795346328.5086753,
+    "v": 1,
+    "ctmon": "0.1.0",
+    "id": "20261122-111848-recompile_limit-5965",
+    "mode": "record",
+    "command": ["python", RL],
+    "cwd": "/tmp",
+    "host": "vm",
+    "pid": 5965,
+    "job_pid": 5967,
+    "recording": "/tmp/rec/recompile_limit.jsonl",
+}
+PROCESS_EV = {
+    "kind": "process",
+    "t": 1795346328.705449,
+    "pid": 5967,
+    "ppid": 5965,
+    "python": "3.11.7",
+    "argv": [RL],
+    "step_ring": "/tmp/ctmon-0/x/steps-5967.ring",
+}
+TORCH_EV = {
+    "kind": "torch",
+    "t": 1795346331.2417254,
+    "torch": "2.13.0+cpu",
+    "cuda": None,
+    "hip": None,
+    "triton": None,
+    "cache_dir": "/tmp/torchinductor_root",
+    "cache_entries": {"fx_graph": 0, "aot_autograd": 0},
+}
 
 
 def _start(cid: str, fid: int, t: float, **kw) -> dict:
-    ev = {"kind": "compile_start", "t": t, "compile_id": cid, "frame_id": fid, "name": "pool", "file": RL,
-          "line": 7, "user": {"file": RL, "line": 7, "name": "pool"}, "user_code": True, "recompile_limit": 3}
+    ev = {
+        "kind": "compile_start",
+        "t": t,
+        "compile_id": cid,
+        "frame_id": fid,
+        "name": "pool",
+        "file": RL,
+        "line": 7,
+        "user": {"file": RL, "line": 7, "name": "pool"},
+        "user_code": True,
+        "recompile_limit": 3,
+    }
     ev.update(kw)
     return ev
 
 
 def _metrics(cid: str, fid: int, t: float, **kw) -> dict:
-    ev = {"kind": "compile", "t": t, "compile_id": cid, "frame_id": fid, "co_name": "pool", "co_filename": RL,
-          "co_firstlineno": 7, "guard_count": 8, "graph_op_count": 1, "has_guarded_code": True,
-          "recompile_limit": 3}
+    ev = {
+        "kind": "compile",
+        "t": t,
+        "compile_id": cid,
+        "frame_id": fid,
+        "co_name": "pool",
+        "co_filename": RL,
+        "co_firstlineno": 7,
+        "guard_count": 8,
+        "graph_op_count": 1,
+        "has_guarded_code": True,
+        "recompile_limit": 3,
+    }
     ev.update(kw)
     return ev
 
@@ -74,36 +118,78 @@ LIMIT_REASON = (
 )
 
 RECOMPILE_LIMIT_RUN = [
-    SESSION_EV, PROCESS_EV, TORCH_EV,
+    SESSION_EV,
+    PROCESS_EV,
+    TORCH_EV,
     _start("0/0", 0, 1795346334.1535442),
     steps("compiled_call", 0, 1795346334.1390638, [0]),
-    _metrics("0/0", 0, 1795346334.4340715, cache_size=0, entire_frame_compile_time_s=0.279183,
-             start_time=1795346334.148159),
-    {"kind": "recompile_reasons", "t": 1795346334.4448988, "compile_id": "0/1", "frame_id": 0,
-     "reasons": ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"]},
+    _metrics(
+        "0/0", 0, 1795346334.4340715, cache_size=0, entire_frame_compile_time_s=0.279183, start_time=1795346334.148159
+    ),
+    {
+        "kind": "recompile_reasons",
+        "t": 1795346334.4448988,
+        "compile_id": "0/1",
+        "frame_id": 0,
+        "reasons": ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"],
+    },
     _start("0/1", 0, 1795346334.4454584),
     steps("compiled_call", 1, 1795346334.4400895, [301019627]),
-    _metrics("0/1", 0, 1795346334.5748556, cache_size=1, entire_frame_compile_time_s=0.131773,
-             start_time=1795346334.440868,
-             recompile_reason="0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"),
-    {"kind": "recompile_reasons", "t": 1795346334.577188, "compile_id": "0/2", "frame_id": 0,
-     "reasons": ["0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4",
-                 "0/0: tensor 'x' size mismatch at index 0. expected 2, actual 4"]},
+    _metrics(
+        "0/1",
+        0,
+        1795346334.5748556,
+        cache_size=1,
+        entire_frame_compile_time_s=0.131773,
+        start_time=1795346334.440868,
+        recompile_reason="0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3",
+    ),
+    {
+        "kind": "recompile_reasons",
+        "t": 1795346334.577188,
+        "compile_id": "0/2",
+        "frame_id": 0,
+        "reasons": [
+            "0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4",
+            "0/0: tensor 'x' size mismatch at index 0. expected 2, actual 4",
+        ],
+    },
     _start("0/2", 0, 1795346334.5775795),
     steps("compiled_call", 2, 1795346334.5760975, [136008204]),
-    _metrics("0/2", 0, 1795346334.6225348, cache_size=2, entire_frame_compile_time_s=0.043618,
-             start_time=1795346334.57682,
-             recompile_reason="0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4"),
-    {"kind": "recompile_reasons", "t": 1795346334.6247594, "compile_id": "0/3", "frame_id": 0,
-     "reasons": ["0/2: tensor 'x' size mismatch at index 0. expected 4, actual 5",
-                 "0/1: tensor 'x' size mismatch at index 0. expected 3, actual 5",
-                 "0/0: tensor 'x' size mismatch at index 0. expected 2, actual 5"]},
+    _metrics(
+        "0/2",
+        0,
+        1795346334.6225348,
+        cache_size=2,
+        entire_frame_compile_time_s=0.043618,
+        start_time=1795346334.57682,
+        recompile_reason="0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4",
+    ),
+    {
+        "kind": "recompile_reasons",
+        "t": 1795346334.6247594,
+        "compile_id": "0/3",
+        "frame_id": 0,
+        "reasons": [
+            "0/2: tensor 'x' size mismatch at index 0. expected 4, actual 5",
+            "0/1: tensor 'x' size mismatch at index 0. expected 3, actual 5",
+            "0/0: tensor 'x' size mismatch at index 0. expected 2, actual 5",
+        ],
+    },
     steps("compiled_call", 3, 1795346334.6237214, [47623666]),
     # refused by the limit: no compile_start, no code name -- only frame_id says which frame
-    {"kind": "compile", "t": 1795346334.629645, "compile_id": "0/3", "frame_id": 0,
-     "entire_frame_compile_time_s": 0.003193, "fail_type": "Unsupported", "fail_reason": LIMIT_REASON,
-     "recompile_reason": "0/2: tensor 'x' size mismatch at index 0. expected 4, actual 5",
-     "start_time": 1795346334.624469, "recompile_limit": 3},
+    {
+        "kind": "compile",
+        "t": 1795346334.629645,
+        "compile_id": "0/3",
+        "frame_id": 0,
+        "entire_frame_compile_time_s": 0.003193,
+        "fail_type": "Unsupported",
+        "fail_reason": LIMIT_REASON,
+        "recompile_reason": "0/2: tensor 'x' size mismatch at index 0. expected 4, actual 5",
+        "start_time": 1795346334.624469,
+        "recompile_limit": 3,
+    },
     {"kind": "output", "t": 1795346334.631904, "stream": "stdout", "data": "ok"},
     steps("compiled_call", 4, 1795346334.6315641, [7842248, 154179, 57656]),
     {"kind": "output", "t": 1795346334.632038, "stream": "stdout", "data": "\n"},
@@ -112,10 +198,20 @@ RECOMPILE_LIMIT_RUN = [
 
 
 def _gb(cid, fid, t, line, summary, reason, **kw):
-    ev = {"kind": "graph_break", "t": t, "compile_id": cid, "frame_id": fid, "file": GB, "line": line,
-          "summary": summary, "reason": reason,
-          "user_stack": [{"file": GB, "line": 21, "name": "<module>", "code": "loss = net(torch.randn(4, 8)).sum()"},
-                         {"file": GB, "line": line, "name": "forward", "code": "print(\"forward\")"}]}
+    ev = {
+        "kind": "graph_break",
+        "t": t,
+        "compile_id": cid,
+        "frame_id": fid,
+        "file": GB,
+        "line": line,
+        "summary": summary,
+        "reason": reason,
+        "user_stack": [
+            {"file": GB, "line": 21, "name": "<module>", "code": "loss = net(torch.randn(4, 8)).sum()"},
+            {"file": GB, "line": line, "name": "forward", "code": 'print("forward")'},
+        ],
+    }
     ev.update(kw)
     return ev
 
@@ -123,34 +219,63 @@ def _gb(cid, fid, t, line, summary, reason, **kw):
 PRINT_GB = dict(
     summary="Failed to trace builtin operator: print",
     reason="Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):\n\n"
-           "Failed to trace builtin operator\n  Explanation: Dynamo does not know how to trace builtin operator "
-           "`print` with argument types ['str'] (has_kwargs False)",
+    "Failed to trace builtin operator\n  Explanation: Dynamo does not know how to trace builtin operator "
+    "`print` with argument types ['str'] (has_kwargs False)",
     explanation="Dynamo does not know how to trace builtin operator `print` with argument types ['str'] (has_kwargs False)",
-    hints=["Avoid calling builtin `print` with argument types ['str'].",
-           "If you are attempting to call a logging function (e.g. `print`), you can try adding it to "
-           "`torch._dynamo.config.reorderable_logging_functions`.", "Please report an issue to PyTorch."],
-    url="https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html", gb_id="gb0059",
+    hints=[
+        "Avoid calling builtin `print` with argument types ['str'].",
+        "If you are attempting to call a logging function (e.g. `print`), you can try adding it to "
+        "`torch._dynamo.config.reorderable_logging_functions`.",
+        "Please report an issue to PyTorch.",
+    ],
+    url="https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html",
+    gb_id="gb0059",
 )
 ITEM_GB = dict(
     summary="Unsupported Tensor.item() call with capture_scalar_outputs=False",
     reason="Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: Dynamo does not "
-           "support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
+    "support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
     explanation="Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.",
     hints=["Set `torch._dynamo.config.capture_scalar_outputs = True`"],
-    url="https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html", gb_id="gb0124",
+    url="https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html",
+    gb_id="gb0124",
 )
 
 
 def _gstart(cid, fid, t, name, line):
-    return {"kind": "compile_start", "t": t, "compile_id": cid, "frame_id": fid, "name": name, "file": GB,
-            "line": line, "user": {"file": GB, "line": line, "name": name}, "user_code": True, "module": "Net",
-            "module_file": GB, "module_line": 11, "module_user": True, "recompile_limit": 8}
+    return {
+        "kind": "compile_start",
+        "t": t,
+        "compile_id": cid,
+        "frame_id": fid,
+        "name": name,
+        "file": GB,
+        "line": line,
+        "user": {"file": GB, "line": line, "name": name},
+        "user_code": True,
+        "module": "Net",
+        "module_file": GB,
+        "module_line": 11,
+        "module_user": True,
+        "recompile_limit": 8,
+    }
 
 
 def _gmetrics(cid, fid, t, name, line, time_s, start, **kw):
-    ev = {"kind": "compile", "t": t, "compile_id": cid, "frame_id": fid, "co_name": name, "co_filename": GB,
-          "co_firstlineno": line, "cache_size": 0, "entire_frame_compile_time_s": time_s, "start_time": start,
-          "has_guarded_code": True, "recompile_limit": 8}
+    ev = {
+        "kind": "compile",
+        "t": t,
+        "compile_id": cid,
+        "frame_id": fid,
+        "co_name": name,
+        "co_filename": GB,
+        "co_firstlineno": line,
+        "cache_size": 0,
+        "entire_frame_compile_time_s": time_s,
+        "start_time": start,
+        "has_guarded_code": True,
+        "recompile_limit": 8,
+    }
     ev.update(kw)
     return ev
 
@@ -167,19 +292,50 @@ GRAPH_BREAK_RUN = [
     _gmetrics("1/0", 1, 1795346326.0256214, "torch_dynamo_resume_in_forward_at_13", 13, 0.204562, 1795346325.818719),
     _gstart("2/0", 2, 1795346326.0494308, "torch_dynamo_resume_in_forward_at_14", 14),
     _gmetrics("2/0", 2, 1795346326.2327676, "torch_dynamo_resume_in_forward_at_14", 14, 0.181228, 1795346326.048822),
-    {"kind": "bwd_compile", "t": 1795346326.2446904, "compile_id": "2/0", "frame_id": 2, "duration_us": 3817,
-     "start_time": 1795346326.238723},
-    {"kind": "bwd_compile", "t": 1795346326.2514348, "compile_id": "0/0", "frame_id": 0, "duration_us": 2622,
-     "start_time": 1795346326.246419},
+    {
+        "kind": "bwd_compile",
+        "t": 1795346326.2446904,
+        "compile_id": "2/0",
+        "frame_id": 2,
+        "duration_us": 3817,
+        "start_time": 1795346326.238723,
+    },
+    {
+        "kind": "bwd_compile",
+        "t": 1795346326.2514348,
+        "compile_id": "0/0",
+        "frame_id": 0,
+        "duration_us": 2622,
+        "start_time": 1795346326.246419,
+    },
     steps("optimizer", 0, 1795346326.2573838, [0]),
-    {"kind": "recompile_reasons", "t": 1795346326.26116, "compile_id": "2/1", "frame_id": 2,
-     "reasons": ["2/0: ___stack0 == 1.725206971168518  # return self.b(h) / (1.0 + scale)"]},
+    {
+        "kind": "recompile_reasons",
+        "t": 1795346326.26116,
+        "compile_id": "2/1",
+        "frame_id": 2,
+        "reasons": ["2/0: ___stack0 == 1.725206971168518  # return self.b(h) / (1.0 + scale)"],
+    },
     _gstart("2/1", 2, 1795346326.261589, "torch_dynamo_resume_in_forward_at_14", 14),
-    _gmetrics("2/1", 2, 1795346326.6475875, "torch_dynamo_resume_in_forward_at_14", 14, 0.384716,
-              1795346326.260481, cache_size=1,
-              recompile_reason="2/0: ___stack0 == 1.725206971168518  # return self.b(h) / (1.0 + scale)"),
-    {"kind": "bwd_compile", "t": 1795346326.6575363, "compile_id": "2/1", "frame_id": 2, "duration_us": 3432,
-     "start_time": 1795346326.651771},
+    _gmetrics(
+        "2/1",
+        2,
+        1795346326.6475875,
+        "torch_dynamo_resume_in_forward_at_14",
+        14,
+        0.384716,
+        1795346326.260481,
+        cache_size=1,
+        recompile_reason="2/0: ___stack0 == 1.725206971168518  # return self.b(h) / (1.0 + scale)",
+    ),
+    {
+        "kind": "bwd_compile",
+        "t": 1795346326.6575363,
+        "compile_id": "2/1",
+        "frame_id": 2,
+        "duration_us": 3432,
+        "start_time": 1795346326.651771,
+    },
     steps("optimizer", 1, 1795346326.6587284, [401344649, 2548385]),
     steps("optimizer", 3, 1795346326.6629324, [1656210]),
     {"kind": "exit", "t": 1795346328.3107936, "code": 0, "signal": None},
@@ -279,8 +435,17 @@ def test_recompile_limit_run():
 
 
 def test_limit_hit_for_a_frame_never_seen_before():
-    s = run({"kind": "compile", "t": T0, "compile_id": "7/8", "frame_id": 7, "entire_frame_compile_time_s": 0.001,
-             "fail_type": "Unsupported", "fail_reason": LIMIT_REASON})
+    s = run(
+        {
+            "kind": "compile",
+            "t": T0,
+            "compile_id": "7/8",
+            "frame_id": 7,
+            "entire_frame_compile_time_s": 0.001,
+            "fail_type": "Unsupported",
+            "fail_reason": LIMIT_REASON,
+        }
+    )
     f = s.compile.frames[7]
     assert f.limit_hit and f.title == "?"
     assert s.compile.limit_hits == 1
@@ -305,8 +470,16 @@ def test_is_limit_hit(reason, hit):
 
 
 def test_failed_compile_that_is_not_a_limit_hit():
-    s = run(_start("0/0", 0, T0), _metrics("0/0", 0, T0 + 1, fail_type="BackendCompilerFailed",
-                                              fail_reason="backend='inductor' raised:\nRuntimeError: boom"))
+    s = run(
+        _start("0/0", 0, T0),
+        _metrics(
+            "0/0",
+            0,
+            T0 + 1,
+            fail_type="BackendCompilerFailed",
+            fail_reason="backend='inductor' raised:\nRuntimeError: boom",
+        ),
+    )
     assert s.compile.failures == 1 and s.compile.limit_hits == 0
     assert not s.compile.frames[0].limit_hit
     assert s.compile.frames[0].entries == 0
@@ -378,9 +551,18 @@ def test_graph_break_site_compile_ids_are_bounded():
 
 
 def test_graph_break_with_no_location():
-    s = run({"kind": "graph_break", "t": T0, "compile_id": "0/0", "frame_id": 0, "file": None, "line": None,
-             "reason": "something odd"},
-            _gb("1/0", 1, T0, 13, **PRINT_GB))
+    s = run(
+        {
+            "kind": "graph_break",
+            "t": T0,
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "file": None,
+            "line": None,
+            "reason": "something odd",
+        },
+        _gb("1/0", 1, T0, 13, **PRINT_GB),
+    )
     r = build_report(s)
     assert {b["file"] for b in r["graph_breaks"]} == {None, GB}
     assert "something odd" in full_text(r)
@@ -390,8 +572,7 @@ def test_graph_break_with_a_malformed_location_does_not_break_the_report():
     """A graph_break whose file is not a string (corrupt or hand-written
     recording) must not make build_report raise when sites are sorted."""
     s = Session()
-    s.apply({"kind": "graph_break", "t": T0, "compile_id": "0/0", "frame_id": 0, "file": 17, "line": 3,
-             "reason": "x"})
+    s.apply({"kind": "graph_break", "t": T0, "compile_id": "0/0", "frame_id": 0, "file": 17, "line": 3, "reason": "x"})
     s.apply(_gb("1/0", 1, T0, 13, **PRINT_GB))
     r = build_report(s)
     assert r["compile"]["graph_breaks"] == 2
@@ -400,17 +581,50 @@ def test_graph_break_with_a_malformed_location_does_not_break_the_report():
 
 def test_caches_and_bypass_reasons():
     evs = []
-    for cache, result, n in [("fx_graph", "hit", 3), ("fx_graph", "miss", 2), ("aot_autograd", "hit", 1),
-                             ("aot_autograd", "miss", 4)]:
-        evs += [{"kind": "cache", "t": T0, "compile_id": "0/0", "frame_id": 0, "cache": cache, "result": result,
-                 "key": "fhc3gkefcmik", "detail": "hit"} for _ in range(n)]
+    for cache, result, n in [
+        ("fx_graph", "hit", 3),
+        ("fx_graph", "miss", 2),
+        ("aot_autograd", "hit", 1),
+        ("aot_autograd", "miss", 4),
+    ]:
+        evs += [
+            {
+                "kind": "cache",
+                "t": T0,
+                "compile_id": "0/0",
+                "frame_id": 0,
+                "cache": cache,
+                "result": result,
+                "key": "fhc3gkefcmik",
+                "detail": "hit",
+            }
+            for _ in range(n)
+        ]
     evs += [
-        {"kind": "cache", "t": T0, "compile_id": "0/0", "cache": "fx_graph", "result": "bypass",
-         "reason": "Can't cache HigherOrderOperators."},
-        {"kind": "cache", "t": T0, "compile_id": "1/0", "cache": "fx_graph", "result": "bypass",
-         "reason": "Can't cache HigherOrderOperators."},
-        {"kind": "cache", "t": T0, "compile_id": "1/0", "cache": "aot_autograd", "result": "bypass",
-         "reason": "Cannot cache a graph with compiled autograd enabled"},
+        {
+            "kind": "cache",
+            "t": T0,
+            "compile_id": "0/0",
+            "cache": "fx_graph",
+            "result": "bypass",
+            "reason": "Can't cache HigherOrderOperators.",
+        },
+        {
+            "kind": "cache",
+            "t": T0,
+            "compile_id": "1/0",
+            "cache": "fx_graph",
+            "result": "bypass",
+            "reason": "Can't cache HigherOrderOperators.",
+        },
+        {
+            "kind": "cache",
+            "t": T0,
+            "compile_id": "1/0",
+            "cache": "aot_autograd",
+            "result": "bypass",
+            "reason": "Cannot cache a graph with compiled autograd enabled",
+        },
         # time saved counts once, from the AOTAutograd hit that includes the FX graphs below it
         {"kind": "cache", "t": T0, "cache": "aot_autograd", "result": "hit", "time_saved_s": 24.225},
         {"kind": "cache", "t": T0, "cache": "fx_graph", "result": "hit", "time_saved_s": 22.2},
@@ -422,8 +636,10 @@ def test_caches_and_bypass_reasons():
     cs = s.compile
     assert cs.cache["fx_graph"].as_dict() == {"hit": 4, "miss": 2, "bypass": 2}
     assert cs.cache["aot_autograd"].as_dict() == {"hit": 2, "miss": 4, "bypass": 1}
-    assert cs.bypass_reasons == {"fx_graph: Can't cache HigherOrderOperators.": 2,
-                                 "aot_autograd: Cannot cache a graph with compiled autograd enabled": 1}
+    assert cs.bypass_reasons == {
+        "fx_graph: Can't cache HigherOrderOperators.": 2,
+        "aot_autograd: Cannot cache a graph with compiled autograd enabled": 1,
+    }
     assert cs.time_saved_s == pytest.approx(24.225)
     r = build_report(s)
     assert r["cache"]["fx_graph"] == {"hit": 4, "miss": 2, "bypass": 2}
@@ -440,16 +656,26 @@ def test_caches_and_bypass_reasons():
 
 def test_autotune_and_cudagraph_skips():
     s = run(
-        {"kind": "autotune", "t": T0, "compile_id": "0/0",
-         "kernels": [{"name": "triton_poi_0", "autotune_cache_state": "hit"}, {"name": "k1", "cached": True},
-                     {"name": "k2", "autotune_cache_state": "miss"}, "junk"]},
+        {
+            "kind": "autotune",
+            "t": T0,
+            "compile_id": "0/0",
+            "kernels": [
+                {"name": "triton_poi_0", "autotune_cache_state": "hit"},
+                {"name": "k1", "cached": True},
+                {"name": "k2", "autotune_cache_state": "miss"},
+                "junk",
+            ],
+        },
         {"kind": "cudagraph", "t": T0, "reason": "skipping cudagraphs due to mutated inputs"},
         _metrics("0/0", 0, T0, cudagraph_skip_reason="skipping cudagraphs due to cpu device"),
     )
     r = build_report(s)
     assert r["cache"]["autotune"] == {"kernels": 3, "cached": 2}
     assert {x["reason"] for x in r["cudagraphs"]["skips"]} == {
-        "skipping cudagraphs due to mutated inputs", "skipping cudagraphs due to cpu device"}
+        "skipping cudagraphs due to mutated inputs",
+        "skipping cudagraphs due to cpu device",
+    }
 
 
 def test_display_name():
@@ -461,19 +687,43 @@ def test_display_name():
 
 def test_module_compiled_through_torch_wrapper_points_at_the_user():
     # torch.compile(module) with a torch module class: Dynamo compiles torch's wrapper
-    s = run({"kind": "compile_start", "t": T0, "compile_id": "0/0", "frame_id": 0, "name": "inner",
-             "file": "/venv/site-packages/torch/_dynamo/external_utils.py", "line": 67,
-             "user": {"file": "/w/train.py", "line": 7, "name": "<module>", "code": "loss = cm(x).sum()"},
-             "user_code": False, "module": "Sequential",
-             "module_file": "/venv/site-packages/torch/nn/modules/container.py", "module_line": 240,
-             "module_user": False})
+    s = run(
+        {
+            "kind": "compile_start",
+            "t": T0,
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "name": "inner",
+            "file": "/venv/site-packages/torch/_dynamo/external_utils.py",
+            "line": 67,
+            "user": {"file": "/w/train.py", "line": 7, "name": "<module>", "code": "loss = cm(x).sum()"},
+            "user_code": False,
+            "module": "Sequential",
+            "module_file": "/venv/site-packages/torch/nn/modules/container.py",
+            "module_line": 240,
+            "module_user": False,
+        }
+    )
     f = s.compile.frames[0]
     assert (f.loc.file, f.loc.line, f.title) == ("/w/train.py", 7, "Sequential")
     assert f.code.name == "inner"
     # the user's own nn.Module: point at its forward()
-    s = run({"kind": "compile_start", "t": T0, "compile_id": "0/0", "frame_id": 0, "name": "inner",
-             "file": "/venv/site-packages/torch/_dynamo/external_utils.py", "line": 67, "user_code": False,
-             "module": "Net", "module_file": "/w/model.py", "module_line": 12, "module_user": True})
+    s = run(
+        {
+            "kind": "compile_start",
+            "t": T0,
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "name": "inner",
+            "file": "/venv/site-packages/torch/_dynamo/external_utils.py",
+            "line": 67,
+            "user_code": False,
+            "module": "Net",
+            "module_file": "/w/model.py",
+            "module_line": 12,
+            "module_user": True,
+        }
+    )
     f = s.compile.frames[0]
     assert (f.loc.file, f.loc.line, f.title) == ("/w/model.py", 12, "Net.forward")
 
@@ -532,8 +782,9 @@ def test_duplicate_steps_batch_is_ignored():
 
 
 def test_dropped_boundaries_leave_a_gap():
-    s = run(steps("optimizer", 0, T0, [0, 1_000_000, 1_000_000]),
-            steps("optimizer", 10, T0 + 5, [0, 2_000_000, 2_000_000]))
+    s = run(
+        steps("optimizer", 0, T0, [0, 1_000_000, 1_000_000]), steps("optimizer", 10, T0 + 5, [0, 2_000_000, 2_000_000])
+    )
     ser = s.steps.current
     assert s.steps.count == 13
     assert ser.intervals() == pytest.approx([1.0, 1.0, 2.0, 2.0]), "no interval spans the gap"
@@ -623,7 +874,7 @@ def test_step_stats_match_numpy(seed):
     ns = [0] + deltas
     while i < n:
         k = rng.randint(1, 200)
-        s.apply(steps("optimizer", i, T0 + i, ns[i:i + k]))
+        s.apply(steps("optimizer", i, T0 + i, ns[i : i + k]))
         i += k
     # intervals are stored as float32 (16 bytes a step in all): 7 significant digits
     ms = (np.array(deltas) / 1e6).astype(np.float32).astype(np.float64)
@@ -665,7 +916,8 @@ def test_compile_marked_steps():
 def test_compile_steps_in_the_report():
     s = run(
         steps("optimizer", 0, T0, [0] + [1_000_000_000] * 4),
-        _start("0/0", 0, T0 + 1.5), _metrics("0/0", 0, T0 + 1.7, entire_frame_compile_time_s=0.2, start_time=T0 + 1.5),
+        _start("0/0", 0, T0 + 1.5),
+        _metrics("0/0", 0, T0 + 1.7, entire_frame_compile_time_s=0.2, start_time=T0 + 1.5),
         _start("0/1", 0, T0 + 2.9),
         _metrics("0/1", 0, T0 + 3.4, entire_frame_compile_time_s=0.5, start_time=T0 + 2.9, recompile_reason="r"),
     )
@@ -732,9 +984,11 @@ def test_output_keeps_the_last_lines():
 
 
 def test_session_output_and_exit_flush():
-    s = run({"kind": "output", "t": T0, "data": "no stream given\n"},
-            {"kind": "output", "t": T0, "stream": "stdout", "data": "epoch 1\nepoch 2 loss="},
-            {"kind": "output", "t": T0, "stream": "stderr", "data": 5})  # not text: ignored
+    s = run(
+        {"kind": "output", "t": T0, "data": "no stream given\n"},
+        {"kind": "output", "t": T0, "stream": "stdout", "data": "epoch 1\nepoch 2 loss="},
+        {"kind": "output", "t": T0, "stream": "stderr", "data": 5},
+    )  # not text: ignored
     assert [(x.stream, x.text) for x in s.output.lines] == [("stdout", "no stream given"), ("stdout", "epoch 1")]
     assert s.output.partial("stderr") == ""
     s.apply({"kind": "exit", "t": T0 + 1, "code": 1, "signal": None})
@@ -818,8 +1072,11 @@ def test_duration_without_session_or_exit_uses_event_times():
 
 
 def test_drops_keep_the_maximum():
-    s = run({"kind": "drops", "t": T0, "steps": 5, "events": 2}, {"kind": "drops", "t": T0, "steps": 3},
-            {"kind": "drops", "t": T0, "events": "9"})
+    s = run(
+        {"kind": "drops", "t": T0, "steps": 5, "events": 2},
+        {"kind": "drops", "t": T0, "steps": 3},
+        {"kind": "drops", "t": T0, "events": "9"},
+    )
     assert s.drops == {"steps": 5, "events": 2}
     r = build_report(s)
     assert r["drops"] == {"steps": 5, "events": 2}
@@ -827,9 +1084,11 @@ def test_drops_keep_the_maximum():
 
 
 def test_notes_logs_and_bounds():
-    s = run({"kind": "note", "t": T0, "level": "warning", "source": "ctmon", "message": "hook disabled\nmore"},
-            {"kind": "note", "t": T0, "level": "error", "source": "dynamo", "message": "boom"},
-            {"kind": "note", "t": T0, "message": "fyi"})
+    s = run(
+        {"kind": "note", "t": T0, "level": "warning", "source": "ctmon", "message": "hook disabled\nmore"},
+        {"kind": "note", "t": T0, "level": "error", "source": "dynamo", "message": "boom"},
+        {"kind": "note", "t": T0, "message": "fyi"},
+    )
     assert [(e.severity, e.text) for e in s.log] == [("warning", "hook disabled"), ("warning", "boom"), ("info", "fyi")]
     assert build_report(s)["notes"][0] == {"level": "warning", "source": "ctmon", "message": "hook disabled\nmore"}
     big = Session()
@@ -923,8 +1182,14 @@ REQUIRED = {
     ("compile", "limit_hits"): int,
     ("compile", "total_time_s"): float,
 }
-FRAME_KEYS = {"name": str, "file": (str, type(None)), "line": (int, type(None)), "compiles": int,
-              "recompile_reasons": list, "limit_hit": bool}
+FRAME_KEYS = {
+    "name": str,
+    "file": (str, type(None)),
+    "line": (int, type(None)),
+    "compiles": int,
+    "recompile_reasons": list,
+    "limit_hit": bool,
+}
 BREAK_KEYS = {"reason": str, "file": (str, type(None)), "line": (int, type(None)), "count": int}
 
 
@@ -998,8 +1263,17 @@ def test_report_types_hold_for_malformed_locations():
     s.apply(_metrics("0/0", 0, T0, co_filename=5, co_firstlineno=float("nan"), co_name=["f"]))
     s.apply(_start("1/0", 1, T0, file=None, line="7", name=None))
     s.apply(_metrics("1/0", 1, T0 + 1))
-    s.apply({"kind": "graph_break", "t": T0, "compile_id": "1/0", "frame_id": 1, "file": "/w/a.py", "line": 2.5,
-             "reason": "r"})
+    s.apply(
+        {
+            "kind": "graph_break",
+            "t": T0,
+            "compile_id": "1/0",
+            "frame_id": 1,
+            "file": "/w/a.py",
+            "line": 2.5,
+            "reason": "r",
+        }
+    )
     r = build_report(s)
     check_report(r)
     full_text(r)
@@ -1021,8 +1295,15 @@ def test_text_report_with_many_recompile_reasons():
 
 def test_report_findings_and_devices_render():
     r = build_report(run(*GRAPH_BREAK_RUN))
-    r["findings"] = [{"severity": "critical", "title": "Recompile limit hit", "file": RL, "line": 7,
-                      "fix": "mark the dim dynamic\nor pad"}]
+    r["findings"] = [
+        {
+            "severity": "critical",
+            "title": "Recompile limit hit",
+            "file": RL,
+            "line": 7,
+            "fix": "mark the dim dynamic\nor pad",
+        }
+    ]
     r["devices"] = [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}]
     text = full_text(r)
     assert "[critical] Recompile limit hit" in text and "fix: mark the dim dynamic" in text

@@ -45,10 +45,36 @@ TITLE = "\x1b]0;PWNED\x07"
 CLIPBOARD = "\x1b]52;c;UFdORUQ=\x07"
 CLEAR = "\x1b[2J"
 ATTACKS = [
-    TITLE, CLIPBOARD, CLEAR, "\x1b[H", "\x1bc", "\x1b[31m", "\x1b[0m", "\x9b2J", "\x9d0;c1\x9c",
-    "\x1bP1$q\x1b\\", "\x1b]8;;http://evil/\x07\x1b\\link\x1b]8;;\x1b\\", "\x1b]0;unterminated",
-    "\x1b", "\x07", "\r", "\r\n", "\x08", "\x00", "\x7f", "\x85", "\u202e", "\u2028", "\t",
-    "[bold red]x", "[/]", "[/bold]", "[link=http://x]y[/link]", "[@click=app.quit]q[/]", "\\[", "]",
+    TITLE,
+    CLIPBOARD,
+    CLEAR,
+    "\x1b[H",
+    "\x1bc",
+    "\x1b[31m",
+    "\x1b[0m",
+    "\x9b2J",
+    "\x9d0;c1\x9c",
+    "\x1bP1$q\x1b\\",
+    "\x1b]8;;http://evil/\x07\x1b\\link\x1b]8;;\x1b\\",
+    "\x1b]0;unterminated",
+    "\x1b",
+    "\x07",
+    "\r",
+    "\r\n",
+    "\x08",
+    "\x00",
+    "\x7f",
+    "\x85",
+    "\u202e",
+    "\u2028",
+    "\t",
+    "[bold red]x",
+    "[/]",
+    "[/bold]",
+    "[link=http://x]y[/link]",
+    "[@click=app.quit]q[/]",
+    "\\[",
+    "]",
 ]
 
 # Fields whose values select behaviour (enumerations, ids that link events):
@@ -58,7 +84,9 @@ KEEP = {"kind", "mode", "src", "stream", "cache", "result", "level", "compile_id
 
 def assert_safe(out: str, where: str) -> None:
     m = UNSAFE.search(out)
-    assert m is None, f"{where}: {m.group()!r} reaches the terminal at {m.start()}: {out[max(0, m.start() - 60):m.start() + 60]!r}"
+    assert m is None, (
+        f"{where}: {m.group()!r} reaches the terminal at {m.start()}: {out[max(0, m.start() - 60) : m.start() + 60]!r}"
+    )
 
 
 def base_events() -> list[dict]:
@@ -69,31 +97,108 @@ def base_events() -> list[dict]:
         events = [json.loads(line) for line in f if line.strip()]
     end = events.pop()
     t = end["t"] - 0.5
-    gpu = {"index": 0, "name": "NVIDIA H100", "util": 50, "mem_util": 10, "mem_used": 1 << 30, "mem_total": 80 << 30,
-           "power_w": 100.0, "power_limit_w": 700.0, "temp_c": 40, "sm_clock_mhz": 1000, "proc_mem": 1 << 29}
+    gpu = {
+        "index": 0,
+        "name": "NVIDIA H100",
+        "util": 50,
+        "mem_util": 10,
+        "mem_used": 1 << 30,
+        "mem_total": 80 << 30,
+        "power_w": 100.0,
+        "power_limit_w": 700.0,
+        "temp_c": 40,
+        "sm_clock_mhz": 1000,
+        "proc_mem": 1 << 29,
+    }
     events[2]["env"] = {"TORCH_LOGS": "recompiles"}
     events += [
-        {"kind": "devices", "t": t, "current": 0, "visible": "0", "cuda": [dict(index=0, name="NVIDIA H100",
-                                                                              total_memory=80 << 30, capability="9.0", sms=132)]},
+        {
+            "kind": "devices",
+            "t": t,
+            "current": 0,
+            "visible": "0",
+            "cuda": [dict(index=0, name="NVIDIA H100", total_memory=80 << 30, capability="9.0", sms=132)],
+        },
         {"kind": "sample", "t": t, "cpu_percent": 50.0, "rss": 1 << 28, "gpus": [gpu], "gpu_error": "no NVML"},
-        {"kind": "compile_start", "t": t, "compile_id": "2/2", "frame_id": 2, "name": "torch_dynamo_resume_in_forward_at_14",
-         "file": "/home/alice/proj/graph_breaks.py", "line": 14, "user_code": True},
-        {"kind": "compile", "t": t, "compile_id": "2/2", "frame_id": 2, "fail_type": "Unsupported",
-         "fail_reason": "Dynamo recompile limit exceeded (recompile_limit=8)", "recompile_reason": "size mismatch at index 0"},
-        {"kind": "compile", "t": t, "compile_id": "3/0", "frame_id": 3, "co_name": "broken", "co_filename": "/home/alice/proj/m.py",
-         "co_firstlineno": 3, "fail_type": "BackendCompilerFailed", "fail_reason": "backend exploded",
-         "fail_user_frame_filename": "/home/alice/proj/m.py", "fail_user_frame_lineno": 4,
-         "non_compliant_ops": ["aten.weird"], "cudagraph_skip_reason": "mutated inputs"},
-        {"kind": "bwd_compile", "t": t, "compile_id": "0/0", "frame_id": 0, "fail_type": "Err", "fail_reason": "bwd failed",
-         "cudagraph_skip_reason": "cpu device"},
-        {"kind": "cache", "t": t, "compile_id": "0/0", "frame_id": 0, "cache": "fx_graph", "result": "miss", "key": "k1",
-         "detail": "miss"},
-        {"kind": "cache", "t": t, "compile_id": "1/0", "frame_id": 1, "cache": "fx_graph", "result": "bypass", "key": "k2",
-         "reason": "unpicklable closure"},
-        {"kind": "cache", "t": t, "compile_id": "1/0", "frame_id": 1, "cache": "aot_autograd", "result": "hit", "key": "k3",
-         "time_saved_s": 1.5},
-        {"kind": "autotune", "t": t, "compile_id": "0/0", "kernels": [{"name": "triton_poi_0", "autotune_cache_state": "hit",
-                                                                      "num_configs": 4}]},
+        {
+            "kind": "compile_start",
+            "t": t,
+            "compile_id": "2/2",
+            "frame_id": 2,
+            "name": "torch_dynamo_resume_in_forward_at_14",
+            "file": "/home/alice/proj/graph_breaks.py",
+            "line": 14,
+            "user_code": True,
+        },
+        {
+            "kind": "compile",
+            "t": t,
+            "compile_id": "2/2",
+            "frame_id": 2,
+            "fail_type": "Unsupported",
+            "fail_reason": "Dynamo recompile limit exceeded (recompile_limit=8)",
+            "recompile_reason": "size mismatch at index 0",
+        },
+        {
+            "kind": "compile",
+            "t": t,
+            "compile_id": "3/0",
+            "frame_id": 3,
+            "co_name": "broken",
+            "co_filename": "/home/alice/proj/m.py",
+            "co_firstlineno": 3,
+            "fail_type": "BackendCompilerFailed",
+            "fail_reason": "backend exploded",
+            "fail_user_frame_filename": "/home/alice/proj/m.py",
+            "fail_user_frame_lineno": 4,
+            "non_compliant_ops": ["aten.weird"],
+            "cudagraph_skip_reason": "mutated inputs",
+        },
+        {
+            "kind": "bwd_compile",
+            "t": t,
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "fail_type": "Err",
+            "fail_reason": "bwd failed",
+            "cudagraph_skip_reason": "cpu device",
+        },
+        {
+            "kind": "cache",
+            "t": t,
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "cache": "fx_graph",
+            "result": "miss",
+            "key": "k1",
+            "detail": "miss",
+        },
+        {
+            "kind": "cache",
+            "t": t,
+            "compile_id": "1/0",
+            "frame_id": 1,
+            "cache": "fx_graph",
+            "result": "bypass",
+            "key": "k2",
+            "reason": "unpicklable closure",
+        },
+        {
+            "kind": "cache",
+            "t": t,
+            "compile_id": "1/0",
+            "frame_id": 1,
+            "cache": "aot_autograd",
+            "result": "hit",
+            "key": "k3",
+            "time_saved_s": 1.5,
+        },
+        {
+            "kind": "autotune",
+            "t": t,
+            "compile_id": "0/0",
+            "kernels": [{"name": "triton_poi_0", "autotune_cache_state": "hit", "num_configs": 4}],
+        },
         {"kind": "cudagraph", "t": t, "reason": "skipping cudagraphs due to cpu device"},
         {"kind": "note", "t": t, "level": "warning", "source": "ctmon", "message": "hook disabled"},
         {"kind": "note", "t": t, "level": "error", "source": "dynamo", "message": "dynamo error: boom"},
@@ -134,7 +239,9 @@ def poison(events: list[dict], nasty: list[str], keep: frozenset[str] | set[str]
 
 
 any_char = st.characters(min_codepoint=0, max_codepoint=0x2100, exclude_categories=("Cs",))
-nasty_text = st.lists(st.one_of(st.sampled_from(ATTACKS), st.text(any_char, max_size=6)), min_size=1, max_size=4).map("".join)
+nasty_text = st.lists(st.one_of(st.sampled_from(ATTACKS), st.text(any_char, max_size=6)), min_size=1, max_size=4).map(
+    "".join
+)
 nasty_lists = st.lists(nasty_text, min_size=1, max_size=8)
 
 
@@ -152,7 +259,9 @@ def test_clean_replaces_each_sequence_by_one_placeholder() -> None:
     assert clean("\x00\x07\x08\x0b\x0c\x0e\x1f\x7f\x80\x85\x9f") == P * 11
     assert clean("ab\u202ecd\u2066\u2028") == f"ab{P}cd{P}{P}"
     assert clean("line\r\nnext\rover") == f"line\nnext{P}over"
-    assert clean("keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]") == "keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]"
+    assert (
+        clean("keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]") == "keep\ttabs\nand lines, ünïcödé, 中文, [bold]x[/]"
+    )
     assert clean("a\tb", tab=" ") == "a b"
 
 
@@ -169,7 +278,8 @@ def test_an_unterminated_sequence_loses_its_introducer() -> None:
 
 def test_clean_tree_cleans_keys_and_values_and_survives_depth() -> None:
     assert clean_tree({"k\x1b": ["v\x07", 3, None, {"x": "\x9b"}]}) == {
-        f"k{PLACEHOLDER}": [f"v{PLACEHOLDER}", 3, None, {"x": PLACEHOLDER}]}
+        f"k{PLACEHOLDER}": [f"v{PLACEHOLDER}", 3, None, {"x": PLACEHOLDER}]
+    }
     deep: list = ["\x1b"]
     for _ in range(5000):
         deep = [deep]
@@ -355,8 +465,9 @@ def test_the_sanitiser_is_standard_library_only() -> None:
     import subprocess
 
     code = "import sys, ctmon.textsafe; bad = {'rich', 'textual', 'torch'} & set(sys.modules); print(sorted(bad))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
@@ -400,8 +511,19 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
     tm = Tmux(str(tmux_dir))
     prompt = "SAFE-READY$ "
     try:
-        tm("new-session", "-d", "-s", "e2e", "-x", "160", "-y", "150", "-e", f"PYTHONPATH={ROOT}",
-           "bash --norc --noprofile")
+        tm(
+            "new-session",
+            "-d",
+            "-s",
+            "e2e",
+            "-x",
+            "160",
+            "-y",
+            "150",
+            "-e",
+            f"PYTHONPATH={ROOT}",
+            "bash --norc --noprofile",
+        )
         # tmux keeps what OSC 52 writes as a paste buffer when this is on,
         # and takes a pane's title from OSC 0/2: the attack would show
         tm("set", "-g", "set-clipboard", "on")
@@ -417,8 +539,13 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
 
         for args in ("", " --md"):
             tm("send-keys", "-t", "e2e", "clear", "Enter")
-            tm("send-keys", "-t", "e2e", f"echo BEFORE-REPORT; {sys.executable} -m ctmon report {rec}{args}; echo AFTER-REPORT",
-               "Enter")
+            tm(
+                "send-keys",
+                "-t",
+                "e2e",
+                f"echo BEFORE-REPORT; {sys.executable} -m ctmon report {rec}{args}; echo AFTER-REPORT",
+                "Enter",
+            )
             screen = tm.wait_for(lambda s: "\nAFTER-REPORT" in s, 60, f"report{args}")
             untouched(title, f"report{args}")
             # not cleared: what was printed before the report is still on the screen
@@ -427,6 +554,7 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
 
         tm("send-keys", "-t", "e2e", "clear", "Enter")
         tm("send-keys", "-t", "e2e", f"{sys.executable} -m ctmon replay {rec}", "Enter")
+
         def replay_shown(s: str) -> bool:
             return "Graph breaks" in s and "forward" in s
 
@@ -487,8 +615,14 @@ def test_watch_list_shows_a_command_with_escapes_safely(tmp_path) -> None:  # ty
     sdir.mkdir(parents=True, mode=0o700)
     rt.chmod(0o700)
     (sdir / "viewer.sock").write_text("")
-    info = {"id": sdir.name, "job_pid": 1, "supervisor_pid": os.getpid(), "start": time.time(), "state": "running",
-            "command": ["python", f"job{TITLE}.py", f"--x{CLIPBOARD}{CLEAR}"]}
+    info = {
+        "id": sdir.name,
+        "job_pid": 1,
+        "supervisor_pid": os.getpid(),
+        "start": time.time(),
+        "state": "running",
+        "command": ["python", f"job{TITLE}.py", f"--x{CLIPBOARD}{CLEAR}"],
+    }
     (sdir / "session.json").write_text(json.dumps(info))
     out = ctmon("watch", "--list", env=env_with(CTMON_RUNTIME_DIR=str(rt)), timeout=60)
     assert out.returncode == 0, out.stderr
@@ -499,8 +633,13 @@ def test_watch_list_shows_a_command_with_escapes_safely(tmp_path) -> None:  # ty
 def test_error_lines_quote_file_names_safely(tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / f"sent{TITLE}.jsonl"
     bad.write_text("not a recording\n")
-    for args in (("report", str(bad)), ("report", str(bad) + "-missing"), ("replay", str(bad)),
-                 ("report", str(bad), f"--x{CLEAR}"), (f"rep{CLEAR}ort",)):
+    for args in (
+        ("report", str(bad)),
+        ("report", str(bad) + "-missing"),
+        ("replay", str(bad)),
+        ("report", str(bad), f"--x{CLEAR}"),
+        (f"rep{CLEAR}ort",),
+    ):
         code, out, err = _cli(*args)
         assert code == 2, (args, err)
         assert err.startswith("ctmon: ") and err.count("\n") == 1, err

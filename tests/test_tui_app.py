@@ -247,7 +247,11 @@ async def test_enter_on_events() -> None:
         events.focus()
         await pilot.pause()
         kinds = [e.kind for e in events.items]
-        for kind, screen_name in (("recompile", "frame-detail"), ("graph_break", "break-detail"), ("exit", "event-detail")):
+        for kind, screen_name in (
+            ("recompile", "frame-detail"),
+            ("graph_break", "break-detail"),
+            ("exit", "event-detail"),
+        ):
             events._move_to(kinds.index(kind))
             await pilot.press("enter")
             assert isinstance(app.screen, DetailScreen) and app.screen.name == screen_name, kind
@@ -476,8 +480,11 @@ async def test_q_then_stop_terminates_the_job_and_waits_for_its_exit() -> None:
 async def test_stop_dialog_says_when_sigkill_follows() -> None:
     """The dialog names the grace (--stop-grace / CTMON_STOP_GRACE); the
     supervisor, not the viewer, sends SIGKILL once it has passed."""
-    for grace, said in ((30.0, "Stop sends SIGTERM now, SIGKILL after 30 s"), (2.5, "SIGKILL after 2.5 s"),
-                        (0.0, "Stop sends SIGTERM only; no SIGKILL follows")):
+    for grace, said in (
+        (30.0, "Stop sends SIGTERM now, SIGKILL after 30 s"),
+        (2.5, "SIGKILL after 2.5 s"),
+        (0.0, "Stop sends SIGTERM only; no SIGKILL follows"),
+    ):
         feed = QueueFeed()
         feed.push(_running())
         app = CtmonApp(feed, launched=True, stop_grace=grace)
@@ -611,7 +618,7 @@ def test_timeline_checkpoints_rebuild_the_same_store() -> None:
     tl = Timeline(checkpoint_every=20)
     full = Session()
     for i in range(0, len(evs), 7):
-        batch = evs[i:i + 7]
+        batch = evs[i : i + 7]
         tl.extend(batch)
         full.apply_all(batch)
         tl.offer_checkpoint(min(i + 7, len(evs)), full)
@@ -716,8 +723,15 @@ async def test_no_color_keeps_every_text_marker(monkeypatch: pytest.MonkeyPatch)
 def _ctmon(*args: str, cwd: str = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "ctmon", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "ctmon", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_replay_cli_errors_are_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -86,8 +86,9 @@ async def _screen_cells(case: str, size: tuple[int, int]) -> list[list[tuple[str
 
 
 @pytest.mark.parametrize("case,size", [("healthy", (160, 48)), ("many_breaks", (80, 24)), ("multi_gpu", (160, 48))])
-def test_panels_look_as_textual_would_draw_them(monkeypatch: pytest.MonkeyPatch, case: str,
-                                                size: tuple[int, int]) -> None:
+def test_panels_look_as_textual_would_draw_them(
+    monkeypatch: pytest.MonkeyPatch, case: str, size: tuple[int, int]
+) -> None:
     ours = asyncio.run(_screen_cells(case, size))
     monkeypatch.setattr(panels.Panel, "render_line", Widget.render_line)  # Textual's own content path
     textuals = asyncio.run(_screen_cells(case, size))

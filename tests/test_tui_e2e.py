@@ -39,7 +39,9 @@ class Tmux:
         self.env.pop("TMUX", None)
 
     def __call__(self, *args: str) -> str:
-        proc = subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True, timeout=30
+        )
         if proc.returncode != 0:
             raise AssertionError(f"tmux {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
@@ -121,7 +123,9 @@ def test_attach_live_then_q_stops_the_job(tmp_path) -> None:  # type: ignore[no-
             "step times in ms": lambda s: re.search(r"p50 [\d.]+ ms", s) and re.search(r"last [\d.]+ ms", s),
             "the GPU panel": lambda s: "─ GPU" in s and ("no GPU:" in s or re.search(r"util +\d+%", s)),
             "the CPU panel": lambda s: "─ Process" in s and re.search(r"CPU \d+% of \d+", s),
-            "the cache figures": lambda s: re.search(r"cache FX graph \d+ hit / \d+ miss · AOTAutograd \d+ hit / \d+ miss", s),
+            "the cache figures": lambda s: re.search(
+                r"cache FX graph \d+ hit / \d+ miss · AOTAutograd \d+ hit / \d+ miss", s
+            ),
             "the running state": lambda s: "● running" in s,
         }
 
@@ -143,8 +147,9 @@ def test_attach_live_then_q_stops_the_job(tmp_path) -> None:  # type: ignore[no-
         tm("send-keys", "-t", "e2e", "q")
         tm.wait_for(lambda s: "Stop the job?" in s, 15, "the stop-the-job question")
         tm("send-keys", "-t", "e2e", "y")
-        final = tm.wait_for(lambda s: s.rstrip().endswith(PROMPT.rstrip()) and "was killed by SIGTERM" in s, 30,
-                            "a clean shell prompt")
+        final = tm.wait_for(
+            lambda s: s.rstrip().endswith(PROMPT.rstrip()) and "was killed by SIGTERM" in s, 30, "a clean shell prompt"
+        )
         # a clean shell: the TUI's screen is gone, the terminal modes are back
         assert "╭─ Steps" not in final and "─ Compilation" not in final
         assert tm("display-message", "-p", "-t", "e2e", "#{alternate_on}").strip() == "0"

@@ -92,18 +92,20 @@ def read_trace_shape(trace_dir: str) -> TraceShape:
                 ]
             elif "compilation_metrics" in md:
                 m = md["compilation_metrics"]
-                shape.compiles.append(Compile(
-                    compile_id=str(m.get("compile_id")),
-                    co_name=str(m.get("co_name")),
-                    co_filename=str(m.get("co_filename")),
-                    co_firstlineno=int(m.get("co_firstlineno") or 0),
-                    fail_type=m.get("fail_type"),
-                    fail_reason=_first_line(m.get("fail_reason")),
-                    recompile_reason=_first_line(m.get("recompile_reason")),
-                    restart_reasons=tuple(_first_line(r) or "" for r in m.get("restart_reasons") or ()),
-                    graph_op_count=m.get("graph_op_count"),
-                    guard_count=m.get("guard_count"),
-                ))
+                shape.compiles.append(
+                    Compile(
+                        compile_id=str(m.get("compile_id")),
+                        co_name=str(m.get("co_name")),
+                        co_filename=str(m.get("co_filename")),
+                        co_firstlineno=int(m.get("co_firstlineno") or 0),
+                        fail_type=m.get("fail_type"),
+                        fail_reason=_first_line(m.get("fail_reason")),
+                        recompile_reason=_first_line(m.get("recompile_reason")),
+                        restart_reasons=tuple(_first_line(r) or "" for r in m.get("restart_reasons") or ()),
+                        graph_op_count=m.get("graph_op_count"),
+                        guard_count=m.get("guard_count"),
+                    )
+                )
                 shape.metric_stacks[str(m.get("compile_id"))] = list(m.get("stack_trace") or [])
             elif md.get("artifact", {}).get("name") == "dynamo_graph_break_reason":
                 pending_break = cid

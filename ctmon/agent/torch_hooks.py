@@ -123,8 +123,9 @@ def hook_cudagraph_skips(agent: Agent, module: ModuleType) -> None:
     @functools.wraps(original)
     def log_cudagraph_skip_and_bump_counter(msg: str, *args: Any, **kwargs: Any) -> Any:
         if not agent.channel.disabled:
-            agent.emit({"kind": protocol.CUDAGRAPH, "t": time.time(), "event": "skip",
-                        "reason": protocol.clip(msg, 2000)})
+            agent.emit(
+                {"kind": protocol.CUDAGRAPH, "t": time.time(), "event": "skip", "reason": protocol.clip(msg, 2000)}
+            )
         return original(msg, *args, **kwargs)
 
     log_cudagraph_skip_and_bump_counter.__ctmon_wrapped__ = original  # type: ignore[attr-defined]
@@ -202,8 +203,13 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
             if hooks is None:
                 if not warned:
                     warned.append(True)
-                    agent.emit(note("warning", "ctmon cannot count calls of compiled callables with this torch "
-                                               "version; steps come from optimizer.step() and ctmon.step() only"))
+                    agent.emit(
+                        note(
+                            "warning",
+                            "ctmon cannot count calls of compiled callables with this torch "
+                            "version; steps come from optimizer.step() and ctmon.step() only",
+                        )
+                    )
                 return result
             owner = getattr(model, "__self__", None)
             if getattr(model, "__name__", "") == "step" and isinstance(owner, torch.optim.Optimizer):
@@ -253,8 +259,14 @@ def torch_event(torch: Any) -> protocol.Event:
     ev["triton"] = tv
     ev["cache_dir"] = inductor_cache_dir()
     ev["cache_entries"] = count_cache_entries(ev["cache_dir"])
-    for var in ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCH_LOGS", "TORCH_TRACE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
-                "TORCHINDUCTOR_CACHE_DIR"):
+    for var in (
+        "TORCH_COMPILE_DISABLE",
+        "TORCHDYNAMO_DISABLE",
+        "TORCH_LOGS",
+        "TORCH_TRACE",
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+        "TORCHINDUCTOR_CACHE_DIR",
+    ):
         if os.environ.get(var):
             ev.setdefault("env", {})[var] = os.environ[var][:200]
     return ev
@@ -314,5 +326,10 @@ def devices_event(torch: Any) -> protocol.Event:
         current = torch.cuda.current_device()
     except Exception:
         current = None
-    return {"kind": protocol.DEVICES, "t": time.time(), "cuda": devs, "current": current,
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "kind": protocol.DEVICES,
+        "t": time.time(),
+        "cuda": devs,
+        "current": current,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }

@@ -27,9 +27,7 @@ from ctmon import protocol
 from ctmon.agent.channel import Channel
 from ctmon.agent.paths import is_ctmon_file, is_user_file
 
-KEEP_EVENTS = frozenset(
-    {"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str"}
-)
+KEEP_EVENTS = frozenset({"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str"})
 CACHE_ARTIFACTS = {
     "fx_graph_cache_hit": ("fx_graph", "hit"),
     "fx_graph_bundled_cache_hit": ("fx_graph", "hit"),
@@ -40,8 +38,7 @@ CACHE_ARTIFACTS = {
     "aotautograd_cache_bypass": ("aot_autograd", "bypass"),
 }
 KEEP_ARTIFACTS = frozenset(
-    {"dynamo_graph_break_reason", "recompile_reasons", "triton_kernel_info", "dynamo_error"}
-    | set(CACHE_ARTIFACTS)
+    {"dynamo_graph_break_reason", "recompile_reasons", "triton_kernel_info", "dynamo_error"} | set(CACHE_ARTIFACTS)
 )
 
 # compilation_metrics fields worth keeping (the record also carries ~60 KB of
@@ -207,14 +204,27 @@ class TraceWatch:
         if lost == 0:
             level, tail = "info", "no compile started while it was off, so none is missing"
         elif lost:
-            level, tail = "warning", f"{lost} compile(s) started while it was off: their events are missing from this recording"
+            level, tail = (
+                "warning",
+                f"{lost} compile(s) started while it was off: their events are missing from this recording",
+            )
         else:
             level, tail = "warning", "compile events in between may be missing"
-        msg = (f"the job's logging configuration {what} PyTorch's trace logger (torch.__trace) {when}; "
-               f"ctmon re-enabled it; {tail} (configure logging before importing torch, or with "
-               "disable_existing_loggers=False)")
-        return [{"kind": protocol.NOTE, "t": now, "level": level, "source": CAPTURE_SOURCE,
-                 "message": msg, "missing_compiles": lost}]
+        msg = (
+            f"the job's logging configuration {what} PyTorch's trace logger (torch.__trace) {when}; "
+            f"ctmon re-enabled it; {tail} (configure logging before importing torch, or with "
+            "disable_existing_loggers=False)"
+        )
+        return [
+            {
+                "kind": protocol.NOTE,
+                "t": now,
+                "level": level,
+                "source": CAPTURE_SOURCE,
+                "message": msg,
+                "missing_compiles": lost,
+            }
+        ]
 
     def _repair(self) -> str:
         lg, h = self._logger, self._handler
@@ -462,8 +472,13 @@ class TraceConverter:
         elif name == "triton_kernel_info":
             ev = self._autotune(extra, base)
         elif name == "dynamo_error":
-            ev = {"kind": protocol.NOTE, **base, "level": "error", "source": "dynamo",
-                  "message": protocol.clip(extra, 8000)}
+            ev = {
+                "kind": protocol.NOTE,
+                **base,
+                "level": "error",
+                "source": "dynamo",
+                "message": protocol.clip(extra, 8000),
+            }
         return [ev] if ev is not None else []
 
     def _dynamo_start(self, md: dict[str, Any], extra: Any, base: dict[str, Any]) -> protocol.Event:
@@ -545,6 +560,9 @@ class TraceConverter:
                 if isinstance(val, (int, float, str, bool)) or val is None:
                     k[str(key)[:60]] = protocol.clip(val, 500) if isinstance(val, str) else val
                 elif isinstance(val, dict) and len(val) <= 20:
-                    k[str(key)[:60]] = {str(a)[:60]: (b if isinstance(b, (int, float, bool)) or b is None else str(b)[:200]) for a, b in val.items()}
+                    k[str(key)[:60]] = {
+                        str(a)[:60]: (b if isinstance(b, (int, float, bool)) or b is None else str(b)[:200])
+                        for a, b in val.items()
+                    }
             kernels.append(k)
         return {"kind": protocol.AUTOTUNE, **base, "kernels": kernels}

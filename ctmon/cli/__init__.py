@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = _commands().get(args[0])
     if cmd is None:
-        sys.stderr.write(_line(CliError(f"unknown command '{args[0]}' (commands: attach, record, replay, report, watch)")))
+        sys.stderr.write(
+            _line(CliError(f"unknown command '{args[0]}' (commands: attach, record, replay, report, watch)"))
+        )
         return 2
     try:
         return cmd(args[1:])

@@ -19,9 +19,14 @@ from ctmon.launch.spec import check_not_target, check_writable
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="keep the recording in FILE", metavar="FILE"),
     OptionSpec(("--no-tui",), "no_tui", help="no TUI: run headless like 'ctmon record'"),
-    OptionSpec(("--stop-grace",), "stop_grace", True, metavar="SECONDS",
-               help="q → Stop sends SIGTERM, then SIGKILL this long after if the job still runs; "
-                    "0: never (default $CTMON_STOP_GRACE, else 30)"),
+    OptionSpec(
+        ("--stop-grace",),
+        "stop_grace",
+        True,
+        metavar="SECONDS",
+        help="q → Stop sends SIGTERM, then SIGKILL this long after if the job still runs; "
+        "0: never (default $CTMON_STOP_GRACE, else 30)",
+    ),
 ]
 USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live."
@@ -82,13 +87,20 @@ def run_tui(spec, output: str | None, grace: float | None = None) -> int:  # typ
     try:
         feed = SocketFeed(d.viewer_path)
     except FeedError as e:
-        raise CliError(f"attach: the job started (recording {d.recording}) but its monitor is unreachable: {e}") from None
+        raise CliError(
+            f"attach: the job started (recording {d.recording}) but its monitor is unreachable: {e}"
+        ) from None
 
     from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
-    app = CtmonApp(feed, launched=True, recording=d.recording, title=" ".join(spec.display()),
-                   stop_grace=stop_grace(None) if grace is None else grace)
+    app = CtmonApp(
+        feed,
+        launched=True,
+        recording=d.recording,
+        title=" ".join(spec.display()),
+        stop_grace=stop_grace(None) if grace is None else grace,
+    )
     result = run_app(app)
     feed.close()
     return report_after(result, d.recording)

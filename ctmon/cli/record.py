@@ -18,10 +18,29 @@ from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 
 OPTIONS = [
-    OptionSpec(("-o", "--output"), "output", True, help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)", metavar="FILE"),
+    OptionSpec(
+        ("-o", "--output"),
+        "output",
+        True,
+        help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)",
+        metavar="FILE",
+    ),
     OptionSpec(("-q", "--quiet"), "quiet", help="no summary at the end"),
-    OptionSpec(("--fail-on",), "fail_on", True, True, help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable)", metavar="EXPR"),
-    OptionSpec(("--listen",), "listen", True, help="also serve viewers over TCP at [HOST:]PORT (loopback by default; token required)", metavar="ADDR"),
+    OptionSpec(
+        ("--fail-on",),
+        "fail_on",
+        True,
+        True,
+        help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable)",
+        metavar="EXPR",
+    ),
+    OptionSpec(
+        ("--listen",),
+        "listen",
+        True,
+        help="also serve viewers over TCP at [HOST:]PORT (loopback by default; token required)",
+        metavar="ADDR",
+    ),
 ]
 USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
@@ -35,8 +54,13 @@ def main(argv: list[str]) -> int:
     assert parsed.spec is not None
     budgets = parse_budgets(parsed.values.get("fail_on") or [])  # type: ignore[arg-type]
     listen = check_listen(parsed.values.get("listen"))  # type: ignore[arg-type]
-    return run_headless(parsed.spec, parsed.values.get("output"), quiet=bool(parsed.values.get("quiet")),  # type: ignore[arg-type]
-                        budgets=budgets, listen=listen)
+    return run_headless(
+        parsed.spec,
+        parsed.values.get("output"),
+        quiet=bool(parsed.values.get("quiet")),  # type: ignore[arg-type]
+        budgets=budgets,
+        listen=listen,
+    )
 
 
 def check_listen(spec: str | None) -> str | None:
@@ -56,8 +80,13 @@ def parse_budgets(exprs: list[str]) -> list[gate.Budget]:
         raise UsageError(str(e)) from None
 
 
-def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[gate.Budget] | None = None,  # type: ignore[no-untyped-def]
-                 listen: str | None = None) -> int:
+def run_headless(
+    spec,
+    output: str | None,
+    quiet: bool = False,
+    budgets: list[gate.Budget] | None = None,  # type: ignore[no-untyped-def]
+    listen: str | None = None,
+) -> int:
     if output:
         check_writable(output)
         check_not_target(output, spec)
@@ -65,8 +94,17 @@ def run_headless(spec, output: str | None, quiet: bool = False, budgets: list[ga
     recording = output or runtime.default_recording(sid)
     sdir = runtime.session_dir(sid)
     try:
-        sup = Supervisor(spec, SupervisorOptions(recording=recording, session_dir=sdir, session_id=sid, mode="record",
-                                                 listen=listen, new_files=output is None))
+        sup = Supervisor(
+            spec,
+            SupervisorOptions(
+                recording=recording,
+                session_dir=sdir,
+                session_id=sid,
+                mode="record",
+                listen=listen,
+                new_files=output is None,
+            ),
+        )
         if listen:
             sup.on_listening = lambda addr, token: _announce(sup, addr, os.path.join(sdir, "token"))
         try:
@@ -94,10 +132,14 @@ def _announce(sup: Supervisor, addr: str, token_path: str) -> None:
     """How to connect, without the token itself: a command line (this one, or
     the viewer's) is readable by every local user through /proc."""
     if sup.tcp_all_interfaces:
-        _say(f"ctmon: warning: --listen {addr} is reachable from the network, not only from this machine "
-             "(a token is still required; listen on 127.0.0.1 and use ssh -L to keep it local)")
-    _say(f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token-file {token_path} "
-         f"(or CTMON_TOKEN=$(cat {token_path}) ctmon watch --connect {addr})")
+        _say(
+            f"ctmon: warning: --listen {addr} is reachable from the network, not only from this machine "
+            "(a token is still required; listen on 127.0.0.1 and use ssh -L to keep it local)"
+        )
+    _say(
+        f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token-file {token_path} "
+        f"(or CTMON_TOKEN=$(cat {token_path}) ctmon watch --connect {addr})"
+    )
 
 
 def _say(line: str) -> None:

@@ -35,8 +35,9 @@ def main(argv: list[str]) -> int:
     it = iter(argv)
     for a in it:
         if a in ("-h", "--help"):
-            sys.stdout.write("usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token-file PATH]]\n\n"
-                             + HELP)
+            sys.stdout.write(
+                "usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token-file PATH]]\n\n" + HELP
+            )
             return 0
         if a == "--list":
             list_only = True
@@ -51,8 +52,10 @@ def main(argv: list[str]) -> int:
             if not token_file:
                 raise CliError("watch: --token-file needs a PATH")
         elif a == "--token" or a.startswith("--token="):
-            raise CliError("watch: --token is refused: a command line is visible to every local user; "
-                           "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt")
+            raise CliError(
+                "watch: --token is refused: a command line is visible to every local user; "
+                "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt"
+            )
         elif a.startswith("-"):
             raise CliError(f"watch: unknown option {a} (try: ctmon watch --help)")
         elif key is None:
@@ -105,8 +108,22 @@ def _age(start: object) -> str:
 
 def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     if as_json:
-        keep = ("id", "job_pid", "supervisor_pid", "command", "cwd", "start", "state", "steps", "compiles",
-                "recompiles", "graph_breaks", "recording", "tcp", "mode")
+        keep = (
+            "id",
+            "job_pid",
+            "supervisor_pid",
+            "command",
+            "cwd",
+            "start",
+            "state",
+            "steps",
+            "compiles",
+            "recompiles",
+            "graph_breaks",
+            "recording",
+            "tcp",
+            "mode",
+        )
         json.dump([{k: s.get(k) for k in keep} for s in sessions], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -117,9 +134,13 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     for i, s in enumerate(sessions, 1):
         # a job's command is its user's text (a script's name can hold escapes)
         cmd = clean(" ".join(str(c) for c in s.get("command") or []), tab=" ")  # type: ignore[union-attr]
-        started = time.strftime("%H:%M:%S", time.localtime(s["start"])) if isinstance(s.get("start"), (int, float)) else "?"
-        print(f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
-              f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)")
+        started = (
+            time.strftime("%H:%M:%S", time.localtime(s["start"])) if isinstance(s.get("start"), (int, float)) else "?"
+        )
+        print(
+            f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
+            f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)"
+        )
     return 0
 
 
@@ -130,8 +151,12 @@ def _watch(info: dict[str, object]) -> int:
         feed = SocketFeed(str(info["viewer_socket"]))
     except FeedError as e:
         raise CliError(f"watch: {e}") from None
-    return _run(feed, str(info.get("recording") or ""), " ".join(str(c) for c in info.get("command") or []),  # type: ignore[union-attr]
-                info.get("job_pid"))
+    return _run(
+        feed,
+        str(info.get("recording") or ""),
+        " ".join(str(c) for c in info.get("command") or []),  # type: ignore[union-attr]
+        info.get("job_pid"),
+    )
 
 
 def _watch_tcp(addr: str, token_file: str | None) -> int:
@@ -171,8 +196,10 @@ def read_token_file(path: str) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise CliError(f"watch: --token-file {path} is not a regular file")
         if st.st_mode & 0o077:
-            raise CliError(f"watch: --token-file {path} is readable by other users (mode "
-                           f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 it first")
+            raise CliError(
+                f"watch: --token-file {path} is readable by other users (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 it first"
+            )
         data = f.read(4096)
     token = data.decode("utf-8", "surrogateescape").strip()
     if not token:
@@ -194,5 +221,9 @@ def _run(feed, recording: str, title: str, pid: object) -> int:  # type: ignore[
         again = f"ctmon watch {pid}" if pid else "ctmon watch"
         sys.stderr.write(f"ctmon: detached; the job keeps running ({again} to come back)\n")
         return 0
-    sys.stderr.write(f"ctmon: the job ended with status {exit_info.status}" + (f"; recording: {recording}" if recording else "") + "\n")
+    sys.stderr.write(
+        f"ctmon: the job ended with status {exit_info.status}"
+        + (f"; recording: {recording}" if recording else "")
+        + "\n"
+    )
     return 0

@@ -77,8 +77,10 @@ class ExecWatch:
         if due and self.changed:
             self.closed_at = None
             shown = self.known_now.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            return (f"the job (pid {self.job_pid}) replaced itself with a program ctmon cannot follow ({shown[:200]}); "
-                    "its compile and step events are no longer recorded")
+            return (
+                f"the job (pid {self.job_pid}) replaced itself with a program ctmon cannot follow ({shown[:200]}); "
+                "its compile and step events are no longer recorded"
+            )
         if not alive:
             self.closed_at = None
         return None

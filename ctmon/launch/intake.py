@@ -53,8 +53,13 @@ class Ring:
 
 
 class Intake:
-    def __init__(self, session_dir: str, emit: Emit, write_line: Callable[[bytes, protocol.Event], None],
-                 peer_note: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        session_dir: str,
+        emit: Emit,
+        write_line: Callable[[bytes, protocol.Event], None],
+        peer_note: Callable[[str], None],
+    ) -> None:
         self.session_dir = session_dir
         self.emit = emit  # an event we made (notes, steps, drops)
         self.write_line = write_line  # an agent's line, recorded as it came
@@ -103,8 +108,10 @@ class Intake:
             except Exception as e:  # one bad event is skipped; the agent's next ones still count
                 self.peer_note(f"skipped an event from the job's agent ({type(e).__name__}: {e})")
         if a.splitter.oversized > oversized:
-            self.peer_note(f"skipped {a.splitter.oversized - oversized} line(s) from the job's agent "
-                           f"longer than {protocol.MAX_LINE_BYTES} bytes")
+            self.peer_note(
+                f"skipped {a.splitter.oversized - oversized} line(s) from the job's agent "
+                f"longer than {protocol.MAX_LINE_BYTES} bytes"
+            )
         return True
 
     def _line(self, line: bytes) -> None:
@@ -135,8 +142,15 @@ class Intake:
                 ring.follows_src, ring.offset = self.rings[-1].next_index()
             self.rings.append(ring)
         except (OSError, RingError) as e:
-            self.emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
-                       "message": f"cannot read step boundaries: {e}"})
+            self.emit(
+                {
+                    "kind": protocol.NOTE,
+                    "t": time.time(),
+                    "level": "warning",
+                    "source": "ctmon",
+                    "message": f"cannot read step boundaries: {e}",
+                }
+            )
 
     def drain_rings(self) -> None:
         for r in list(self.rings):
@@ -145,8 +159,9 @@ class Intake:
             except Exception as e:  # a ring the job scribbled over: stop reading it, keep the rest
                 self.rings.remove(r)
                 r.reader.ring.close()
-                self.peer_note(f"stopped reading step boundaries from {os.path.basename(r.path)} "
-                               f"({type(e).__name__}: {e})")
+                self.peer_note(
+                    f"stopped reading step boundaries from {os.path.basename(r.path)} ({type(e).__name__}: {e})"
+                )
 
     def _drain(self, r: Ring) -> None:
         values, lost = r.reader.read()
@@ -174,4 +189,3 @@ class Intake:
                 os.unlink(r.path)
             except OSError:
                 pass
-

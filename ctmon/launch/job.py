@@ -57,8 +57,15 @@ def _note(message: str, level: str = "info") -> protocol.Event:
 
 
 class Job:
-    def __init__(self, spec: JobSpec, mode: str, pty_size: tuple[int, int], sel: selectors.BaseSelector,
-                 recorder: Recorder, emit: Emit) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        mode: str,
+        pty_size: tuple[int, int],
+        sel: selectors.BaseSelector,
+        recorder: Recorder,
+        emit: Emit,
+    ) -> None:
         self.spec = spec
         self.mode = mode  # "record": output passes through; "attach": detached, output to viewers
         self.pty_size = pty_size
@@ -203,8 +210,12 @@ class Job:
         text = st.decoder.decode(data, final=True)
         if text:
             self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
-        self.emit(_note(f"the reader of ctmon's {st.name} went away (broken pipe); "
-                        f"the job's {st.name} was closed, as it would have been without ctmon"))
+        self.emit(
+            _note(
+                f"the reader of ctmon's {st.name} went away (broken pipe); "
+                f"the job's {st.name} was closed, as it would have been without ctmon"
+            )
+        )
         self._close_stream(st)
 
     def stdin(self, data: object) -> None:
@@ -231,9 +242,12 @@ class Job:
         started = relay.start(pairs, outlog_fd)
         names = " and ".join(st.name for st in left)
         where = "ctmon's own output" if self.mode == "record" else "the output log"
-        msg = (f"a process the job started still holds its {names}; what it writes after the job's exit goes to "
-               f"{where}, not into this recording" if started else
-               f"a process the job started still holds its {names}; its later output is lost (no relay)")
+        msg = (
+            f"a process the job started still holds its {names}; what it writes after the job's exit goes to "
+            f"{where}, not into this recording"
+            if started
+            else f"a process the job started still holds its {names}; its later output is lost (no relay)"
+        )
         self.emit(_note(msg))
         for st in left:
             self._close_stream(st)

@@ -18,11 +18,17 @@ REGISTRY_INTERVAL_S = 2.0  # how often session.json is refreshed
 
 
 class Registry:
-    def __init__(self, session_dir: str, session_id: str, mode: str, command: list[str], cwd: str,
-                 recording: str) -> None:
+    def __init__(
+        self, session_dir: str, session_id: str, mode: str, command: list[str], cwd: str, recording: str
+    ) -> None:
         self.path = os.path.join(session_dir, "session.json")
-        self.fixed = {"id": session_id, "command": command, "cwd": cwd, "recording": os.path.abspath(recording),
-                      "mode": mode}
+        self.fixed = {
+            "id": session_id,
+            "command": command,
+            "cwd": cwd,
+            "recording": os.path.abspath(recording),
+            "mode": mode,
+        }
         # The counts and the state come from the events as they are recorded.
         self.session = Session()
         self.job_pid: int | None = None

@@ -88,6 +88,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BlockingIOError:  # a terminal shared with a non-blocking reader
             select.select([], [fd], [], 1.0)

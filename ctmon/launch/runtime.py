@@ -75,7 +75,9 @@ def state_dir() -> str:
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as e:
-        raise RuntimeDirError(f"cannot create {path} for recordings: {e.strerror or e} (give one with -o FILE)") from None
+        raise RuntimeDirError(
+            f"cannot create {path} for recordings: {e.strerror or e} (give one with -o FILE)"
+        ) from None
     try:
         st = os.stat(path)  # a symlink to a directory of ours is fine; to anyone else's, not
     except OSError as e:
@@ -83,10 +85,14 @@ def state_dir() -> str:
     if not stat.S_ISDIR(st.st_mode):
         raise RuntimeDirError(f"{path} is not a directory (give one with -o FILE)")
     if st.st_uid != os.getuid():
-        raise RuntimeDirError(f"{path} belongs to another user (refusing to keep recordings there; give one with -o FILE)")
+        raise RuntimeDirError(
+            f"{path} belongs to another user (refusing to keep recordings there; give one with -o FILE)"
+        )
     if st.st_mode & 0o022:
-        raise RuntimeDirError(f"{path} is writable by other users (refusing to keep recordings there; "
-                              f"chmod go-w it, or give one with -o FILE)")
+        raise RuntimeDirError(
+            f"{path} is writable by other users (refusing to keep recordings there; "
+            f"chmod go-w it, or give one with -o FILE)"
+        )
     if not os.access(path, os.W_OK | os.X_OK):
         raise RuntimeDirError(f"cannot write recordings to {path} (give one with -o FILE)")
     return path
@@ -109,7 +115,8 @@ def session_dir(session_id: str) -> str:
         if os.environ.get("CTMON_RUNTIME_DIR") or fallback == root or not _fits(alt):
             raise RuntimeDirError(
                 f"socket paths under {root} are too long ({_longest(path)} bytes; a Unix socket allows "
-                f"{SOCKET_PATH_MAX}): set CTMON_RUNTIME_DIR to a shorter directory")
+                f"{SOCKET_PATH_MAX}): set CTMON_RUNTIME_DIR to a shorter directory"
+            )
         path = os.path.join(ensure_private_dir(fallback), session_id)
     try:
         os.mkdir(path, 0o700)

@@ -68,7 +68,7 @@ def refuse(sock: socket.socket, message: str) -> None:
 
 
 def parse_listen(spec: str) -> tuple[str, int]:
-    """"7777" -> ("127.0.0.1", 7777); "0.0.0.0:7777"; "[::1]:7777".
+    """ "7777" -> ("127.0.0.1", 7777); "0.0.0.0:7777"; "[::1]:7777".
 
     "0:7777" means every IPv4 interface, as 0.0.0.0 (it is what the C
     library makes of "0"), and is spelt out so no one is surprised."""

@@ -85,7 +85,9 @@ def check_writable(path: str) -> None:
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError as e:
-            raise UsageError(f"cannot write the recording to '{path}': cannot create {parent}: {e.strerror or e}") from None
+            raise UsageError(
+                f"cannot write the recording to '{path}': cannot create {parent}: {e.strerror or e}"
+            ) from None
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             raise UsageError(f"cannot write the recording to '{path}': permission denied")

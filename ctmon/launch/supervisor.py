@@ -86,10 +86,10 @@ class Supervisor:
         self.recorder = Recorder(opts.recording, opts.output_log, opts.new_files)
         self.job = Job(spec, opts.mode, opts.pty_size, self.sel, self.recorder, self._emit)
         self.intake = Intake(opts.session_dir, self._emit, self._write_line, self._peer_note)
-        self.viewers = Viewers(self.sel, self.recorder,
-                               Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin))
-        self.registry = Registry(opts.session_dir, opts.session_id, opts.mode, spec.display(), spec.cwd,
-                                 opts.recording)
+        self.viewers = Viewers(
+            self.sel, self.recorder, Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin)
+        )
+        self.registry = Registry(opts.session_dir, opts.session_id, opts.mode, spec.display(), spec.cwd, opts.recording)
         self.on_event: Callable[[protocol.Event], None] | None = None
         self.on_listening: Callable[[str, str], None] | None = None
 
@@ -129,14 +129,22 @@ class Supervisor:
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         start = time.time()
         env = dict(opts.extra_env)
-        env.update(CTMON_AGENT_SOCKET=self.agent_path, CTMON_SESSION=opts.session_id,
-                   CTMON_SESSION_DIR=opts.session_dir)
+        env.update(
+            CTMON_AGENT_SOCKET=self.agent_path, CTMON_SESSION=opts.session_id, CTMON_SESSION_DIR=opts.session_dir
+        )
         try:
             self.job.spawn(env)  # before our signal handlers: the job inherits the defaults
         except OSError as e:
             self._emit(self._session_event(start, None))
-            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "error", "source": "ctmon",
-                        "message": f"could not start {self.spec.python}: {e.strerror or e}"})
+            self._emit(
+                {
+                    "kind": protocol.NOTE,
+                    "t": time.time(),
+                    "level": "error",
+                    "source": "ctmon",
+                    "message": f"could not start {self.spec.python}: {e.strerror or e}",
+                }
+            )
             self._emit({"kind": protocol.EXIT, "t": time.time(), "code": 127, "signal": None})
             self._finish()
             return self.exit or ExitInfo(127, None, time.time())
@@ -232,13 +240,19 @@ class Supervisor:
     def _flush(self) -> None:
         said, lost = self.recorder.flush()
         if said == "stuck":
-            _say(f"ctmon: cannot write the recording ({self.recorder.error}); "
-                 "holding events in memory and retrying")
+            _say(f"ctmon: cannot write the recording ({self.recorder.error}); holding events in memory and retrying")
         elif said == "resumed":
             _say("ctmon: recording resumed")
         if lost:
-            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "error", "source": "ctmon",
-                        "message": f"{lost} events were lost while the recording could not be written"})
+            self._emit(
+                {
+                    "kind": protocol.NOTE,
+                    "t": time.time(),
+                    "level": "error",
+                    "source": "ctmon",
+                    "message": f"{lost} events were lost while the recording could not be written",
+                }
+            )
         self.viewers.wake_all()
 
     # ----------------------------------------------------------------- peers
@@ -271,8 +285,15 @@ class Supervisor:
         if self._peer_notes == MAX_PEER_NOTES:
             message += " (further such notes are left out)"
         try:
-            self._emit({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "ctmon",
-                        "message": protocol.clip(message, 500)})
+            self._emit(
+                {
+                    "kind": protocol.NOTE,
+                    "t": time.time(),
+                    "level": "warning",
+                    "source": "ctmon",
+                    "message": protocol.clip(message, 500),
+                }
+            )
         except Exception:
             pass
 
@@ -298,8 +319,15 @@ class Supervisor:
             procs = ProcessSampler(self.job.proc.pid)
             gpus = GpuSampler()
         except Exception as e:  # psutil missing or broken: no samples, job unaffected
-            self.inbox.append({"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "sampler",
-                               "message": f"system sampling disabled: {type(e).__name__}: {e}"})
+            self.inbox.append(
+                {
+                    "kind": protocol.NOTE,
+                    "t": time.time(),
+                    "level": "warning",
+                    "source": "sampler",
+                    "message": f"system sampling disabled: {type(e).__name__}: {e}",
+                }
+            )
             _poke(self._wake_w)
             return
         first = True

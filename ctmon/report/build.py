@@ -98,10 +98,7 @@ def build_report(s: Session) -> dict[str, Any]:
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "findings": [f.as_dict() for f in s.findings()],
         "drops": dict(s.drops),
-        "notes": [
-            {"level": n.get("level"), "source": n.get("source"), "message": n.get("message")}
-            for n in s.notes
-        ],
+        "notes": [{"level": n.get("level"), "source": n.get("source"), "message": n.get("message")} for n in s.notes],
     }
     # Values copied from events (devices, notes) can hold anything a writer
     # put there; the report is strict JSON regardless.

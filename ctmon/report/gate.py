@@ -28,7 +28,12 @@ from typing import Any
 BUDGET_EXIT = 3
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
 }
 
 
@@ -123,7 +128,9 @@ def broken(budgets: list[Budget], report: dict[str, Any]) -> list[str]:
         if hit:
             out.append(f"budget broken: {b.metric} = {shown} (fails when {b.metric} {b.op} {b.limit:g})")
         elif lost and b.metric not in STEP_METRICS:
-            out.append(f"budget unverified: {b.metric} = {shown} counts only the compiles ctmon saw, and the job's "
-                       "logging configuration hid some from it (see the capture note); failing rather than passing "
-                       "on a wrong count")
+            out.append(
+                f"budget unverified: {b.metric} = {shown} counts only the compiles ctmon saw, and the job's "
+                "logging configuration hid some from it (see the capture note); failing rather than passing "
+                "on a wrong count"
+            )
     return out

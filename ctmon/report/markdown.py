@@ -28,11 +28,18 @@ def markdown(r: dict[str, Any]) -> str:
     cwd = r.get("cwd")
     cmd = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
-    out = [f"### ctmon: `{cmd}` {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""), ""]
+    out = [
+        f"### ctmon: `{cmd}` {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""),
+        "",
+    ]
     fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
     rows = [
-        ("Steps", f"{st['count']} ({st['source']}), p50 {fmt_ms(st['p50_ms'])}, p90 {fmt_ms(st['p90_ms'])}"
-         if st["count"] else "no step boundaries"),
+        (
+            "Steps",
+            f"{st['count']} ({st['source']}), p50 {fmt_ms(st['p50_ms'])}, p90 {fmt_ms(st['p90_ms'])}"
+            if st["count"]
+            else "no step boundaries",
+        ),
         ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),

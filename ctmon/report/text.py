@@ -79,7 +79,9 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
             lines.append(f"ctmon: {f['severity'].upper()}: {f['title']} ({where(f.get('file'), f.get('line'))})")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
-        lines.append(f"ctmon: dropped {drops.get('steps', 0)} step and {drops.get('events', 0)} other events (the monitor fell behind)")
+        lines.append(
+            f"ctmon: dropped {drops.get('steps', 0)} step and {drops.get('events', 0)} other events (the monitor fell behind)"
+        )
     if recording:
         lines.append(f"ctmon: recording: {recording}  (ctmon report {recording})")
     return [clean(line) for line in lines]
@@ -91,13 +93,20 @@ def full_text(r: dict[str, Any]) -> str:
     add = out.append
     name = " ".join(r.get("command") or []) or "job"
     add(f"ctmon report — {name}")
-    add(f"  {exit_text(r).capitalize()}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else ""))
-    env = ", ".join(x for x in (
-        f"torch {r['torch']}" if r.get("torch") else None,
-        f"CUDA {r['cuda']}" if r.get("cuda") else None,
-        f"triton {r['triton']}" if r.get("triton") else None,
-        f"Python {r['python']}" if r.get("python") else None,
-    ) if x)
+    add(
+        f"  {exit_text(r).capitalize()}"
+        + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else "")
+    )
+    env = ", ".join(
+        x
+        for x in (
+            f"torch {r['torch']}" if r.get("torch") else None,
+            f"CUDA {r['cuda']}" if r.get("cuda") else None,
+            f"triton {r['triton']}" if r.get("triton") else None,
+            f"Python {r['python']}" if r.get("python") else None,
+        )
+        if x
+    )
     if env:
         add(f"  {env}")
     for d in r.get("devices") or []:
@@ -118,10 +127,14 @@ def full_text(r: dict[str, Any]) -> str:
     add("")
     add("Steps")
     if st["count"]:
-        add(f"  {st['count']} steps from {st['source']}"
-            + (" (device-timed with CUDA events)" if st.get("device_timed") else ""))
-        add(f"  p50 {fmt_ms(st['p50_ms'])}  p90 {fmt_ms(st['p90_ms'])}  p99 {fmt_ms(st['p99_ms'])}  "
-            f"mean {fmt_ms(st['mean_ms'])}  max {fmt_ms(st['max_ms'])}")
+        add(
+            f"  {st['count']} steps from {st['source']}"
+            + (" (device-timed with CUDA events)" if st.get("device_timed") else "")
+        )
+        add(
+            f"  p50 {fmt_ms(st['p50_ms'])}  p90 {fmt_ms(st['p90_ms'])}  p99 {fmt_ms(st['p99_ms'])}  "
+            f"mean {fmt_ms(st['mean_ms'])}  max {fmt_ms(st['max_ms'])}"
+        )
         if st.get("compile_steps"):
             add(f"  {st['compile_steps']} step(s) paid for a compile")
     else:
@@ -130,18 +143,24 @@ def full_text(r: dict[str, Any]) -> str:
     add("")
     add("Compilation")
     limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") else ""
-    add(f"  {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
-        f"{c['limit_hits']} recompile-limit hits{limit}, {c['failures']} failures")
-    add(f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
-        f"{fmt_s(c['backward_time_s'])} backward graphs)")
+    add(
+        f"  {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
+        f"{c['limit_hits']} recompile-limit hits{limit}, {c['failures']} failures"
+    )
+    add(
+        f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
+        f"{fmt_s(c['backward_time_s'])} backward graphs)"
+    )
     frames = r.get("frames") or []
     if frames:
         add("")
         add("Frames")
         for f in frames:
             flag = "  LIMIT HIT, runs eager" if f["limit_hit"] else ""
-            add(f"  {where(f['file'], f['line'])}  {f['name']}: {f['compiles']} compiles, "
-                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}")
+            add(
+                f"  {where(f['file'], f['line'])}  {f['name']}: {f['compiles']} compiles, "
+                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}"
+            )
             for reason in f["recompile_reasons"][:5]:
                 add(f"      recompiled: {reason.splitlines()[0][:160]}")
             if len(f["recompile_reasons"]) > 5:

@@ -199,8 +199,11 @@ class CompileState:
         src = start or {}
         code = Location(nonempty(src.get("file")), _line(src.get("line")), nonempty(src.get("name")))
         if metrics is not None and not code.file:
-            code = Location(nonempty(metrics.get("co_filename")), _line(metrics.get("co_firstlineno")),
-                            nonempty(metrics.get("co_name")))
+            code = Location(
+                nonempty(metrics.get("co_filename")),
+                _line(metrics.get("co_firstlineno")),
+                nonempty(metrics.get("co_name")),
+            )
         module = src.get("module") if isinstance(src.get("module"), str) else None
         mfile, mline = nonempty(src.get("module_file")), _line(src.get("module_line"))
         loc = Location(code.file, code.line, display_name(code.name))
@@ -230,7 +233,9 @@ class CompileState:
         if frame is None:
             frame = self.frames[fid] = self._new_frame(fid, start, ev)
         elif not frame.code.name and nonempty(ev.get("co_name")):
-            frame.code = Location(nonempty(ev.get("co_filename")), _line(ev.get("co_firstlineno")), nonempty(ev.get("co_name")))
+            frame.code = Location(
+                nonempty(ev.get("co_filename")), _line(ev.get("co_firstlineno")), nonempty(ev.get("co_name"))
+            )
         t = finite(ev.get("t")) or 0.0
         time_s = max(0.0, finite(ev.get("entire_frame_compile_time_s")) or 0.0)
         rec = CompileRecord(
@@ -355,8 +360,6 @@ class CompileState:
 
     def breaks_sorted(self) -> list[BreakSite]:
         return sorted(self.breaks.values(), key=lambda b: (-b.count, str(b.file or ""), b.line or 0))
-
-
 
 
 def _line(v: Any) -> int | None:

@@ -159,9 +159,16 @@ class Session:
         if self._session_seen:
             # Two recordings joined into one file (cat a b > c): the later
             # header would relabel the first run's events. Keep the first.
-            self._on_note({"kind": protocol.NOTE, "t": ev.get("t"), "level": "warning", "source": "ctmon",
-                           "message": f"recording holds a second session header at event {self.events} "
-                                      "(two recordings concatenated?); showing the first"})
+            self._on_note(
+                {
+                    "kind": protocol.NOTE,
+                    "t": ev.get("t"),
+                    "level": "warning",
+                    "source": "ctmon",
+                    "message": f"recording holds a second session header at event {self.events} "
+                    "(two recordings concatenated?); showing the first",
+                }
+            )
             return
         self._session_seen = True
         m = self.meta
@@ -222,13 +229,37 @@ class Session:
         where = frame.loc.text() if frame else "?"
         name = frame.title if frame else "?"
         if rec.limit_hit:
-            self._log(ev.get("t"), "limit", f"{rec.compile_id} {name} at {where}: recompile limit hit; this frame now runs eager", "critical", rec.compile_id)
+            self._log(
+                ev.get("t"),
+                "limit",
+                f"{rec.compile_id} {name} at {where}: recompile limit hit; this frame now runs eager",
+                "critical",
+                rec.compile_id,
+            )
         elif not rec.ok:
-            self._log(ev.get("t"), "error", f"{rec.compile_id} {name} at {where}: compile failed ({rec.fail_type}): {_first_line(rec.fail_reason)}", "warning", rec.compile_id)
+            self._log(
+                ev.get("t"),
+                "error",
+                f"{rec.compile_id} {name} at {where}: compile failed ({rec.fail_type}): {_first_line(rec.fail_reason)}",
+                "warning",
+                rec.compile_id,
+            )
         elif rec.is_recompile:
-            self._log(ev.get("t"), "recompile", f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s): {_first_line(rec.recompile_reason)}", "warning", rec.compile_id)
+            self._log(
+                ev.get("t"),
+                "recompile",
+                f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s): {_first_line(rec.recompile_reason)}",
+                "warning",
+                rec.compile_id,
+            )
         else:
-            self._log(ev.get("t"), "compile", f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s)", "info", rec.compile_id)
+            self._log(
+                ev.get("t"),
+                "compile",
+                f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s)",
+                "info",
+                rec.compile_id,
+            )
         self.rev["compile"] += 1
 
     def _on_bwd(self, ev: protocol.Event) -> None:
@@ -240,19 +271,37 @@ class Session:
 
     def _on_graph_break(self, ev: protocol.Event) -> None:
         site = self.compile.on_graph_break(ev)
-        self._log(ev.get("t"), "graph_break", f"graph break at {site.loc.text()}: {site.reason}", "warning", (site.file, site.line))
+        self._log(
+            ev.get("t"),
+            "graph_break",
+            f"graph break at {site.loc.text()}: {site.reason}",
+            "warning",
+            (site.file, site.line),
+        )
         self.rev["compile"] += 1
 
     def _on_cache(self, ev: protocol.Event) -> None:
         self.compile.on_cache(ev)
         extra = f" ({str(ev.get('reason'))[:120]})" if ev.get("result") == "bypass" and ev.get("reason") else ""
-        self._log(ev.get("t"), "cache", f"{ev.get('cache')} cache {ev.get('result')} [{ev.get('compile_id')}]{extra}", "info", ev.get("compile_id"))
+        self._log(
+            ev.get("t"),
+            "cache",
+            f"{ev.get('cache')} cache {ev.get('result')} [{ev.get('compile_id')}]{extra}",
+            "info",
+            ev.get("compile_id"),
+        )
         self.rev["compile"] += 1
 
     def _on_autotune(self, ev: protocol.Event) -> None:
         self.compile.on_autotune(ev)
         n = len(ev.get("kernels") or [])
-        self._log(ev.get("t"), "autotune", f"Triton: {n} kernel(s) compiled/tuned [{ev.get('compile_id')}]", "info", ev.get("compile_id"))
+        self._log(
+            ev.get("t"),
+            "autotune",
+            f"Triton: {n} kernel(s) compiled/tuned [{ev.get('compile_id')}]",
+            "info",
+            ev.get("compile_id"),
+        )
         self.rev["compile"] += 1
 
     def _on_cudagraph(self, ev: protocol.Event) -> None:
@@ -334,13 +383,17 @@ class Session:
         """Findings for the current state, recomputed only when the state changed."""
         from ctmon.store.findings import analyze
 
-        key = (self.rev["compile"], self.rev["steps"], self.rev["samples"] // 5, self.rev["meta"], self.exit is not None)
+        key = (
+            self.rev["compile"],
+            self.rev["steps"],
+            self.rev["samples"] // 5,
+            self.rev["meta"],
+            self.exit is not None,
+        )
         if self._findings_key != key:
             self._findings = analyze(self)
             self._findings_key = key
         return self._findings
-
-
 
 
 def _first_line(text: str | None, limit: int = 200) -> str:

@@ -169,8 +169,13 @@ class StepSeries:
         if self.dev_ms is None:
             vals = sorted(h for h in self.host_ms[1::stride] if h == h)
         else:
-            vals = sorted(v for v in (d if d == d else h for d, h in
-                                      zip(self.dev_ms[1::stride], self.host_ms[1::stride], strict=True)) if v == v)
+            vals = sorted(
+                v
+                for v in (
+                    d if d == d else h for d, h in zip(self.dev_ms[1::stride], self.host_ms[1::stride], strict=True)
+                )
+                if v == v
+            )
         p50 = percentile(vals, 0.5)
         self._p50_cache = (key, p50)
         return p50

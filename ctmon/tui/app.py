@@ -116,8 +116,9 @@ class CtmonApp(App[AppResult]):
             title=title,
         )
         self.recording = recording
-        self.pump = Pump(self.full, self.timeline, self._wake,
-                         ingest_budget_s=ingest_budget_s, refresh_min_s=refresh_min_s)
+        self.pump = Pump(
+            self.full, self.timeline, self._wake, ingest_budget_s=ingest_budget_s, refresh_min_s=refresh_min_s
+        )
         self.view_refreshes = 0
         self.feed_error: str | None = None
         self._refresh_timer: Any = None
@@ -335,8 +336,11 @@ class CtmonApp(App[AppResult]):
             return
         if self._interrupts == 0:
             ok = self.feed.control("interrupt")
-            self.notify("sent SIGINT to the job; Ctrl-C again kills it" if ok else "could not reach the job",
-                        severity="warning", timeout=4)
+            self.notify(
+                "sent SIGINT to the job; Ctrl-C again kills it" if ok else "could not reach the job",
+                severity="warning",
+                timeout=4,
+            )
         else:
             ok = self.feed.control("kill")
             self.notify("sent SIGKILL to the job" if ok else "could not reach the job", severity="error", timeout=4)
@@ -402,6 +406,7 @@ class CtmonApp(App[AppResult]):
 
     def action_replay_speed(self, factor: float) -> None:
         self.replay_control.speed(factor)
+
 
 GC_THRESHOLDS = (20_000, 100, 100)
 

@@ -141,7 +141,9 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
         _section(out, "User stack (most recent call last)")
         for fr in site.user_stack:
             file, line, name = fr.get("file"), fr.get("line"), fr.get("name")
-            internal = not file or str(file).startswith("<") or "/site-packages/" in str(file) or "/ctmon/agent/" in str(file)
+            internal = (
+                not file or str(file).startswith("<") or "/site-packages/" in str(file) or "/ctmon/agent/" in str(file)
+            )
             out.append(f"  {fmt.where(file, line, cwd)} in {name}\n", "dim" if internal else "bold")
             code = fr.get("code")
             if code:

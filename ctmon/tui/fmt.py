@@ -104,14 +104,14 @@ def short_path(path: str | None, cwd: str | None = None, narrow: bool = False) -
     if cwd and os.path.isabs(path):
         base = cwd.rstrip("/") + "/"
         if path.startswith(base):
-            return path[len(base):]
+            return path[len(base) :]
     marker = "/site-packages/"
     i = path.find(marker)
     if i >= 0:
-        return path[i + len(marker):]
+        return path[i + len(marker) :]
     home = os.path.expanduser("~")
     if home and home != "/" and path.startswith(home + "/"):
-        return "~" + path[len(home):]
+        return "~" + path[len(home) :]
     return path
 
 
@@ -142,7 +142,7 @@ def clip_left(text: str, width: int) -> str:
         return text
     if width == 1:
         return "…"
-    return "…" + text[-(width - 1):]
+    return "…" + text[-(width - 1) :]
 
 
 def first_line(text: str | None) -> str:

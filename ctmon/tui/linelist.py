@@ -269,12 +269,15 @@ class LineList(ScrollView, can_focus=True):
         """Base, cursor, header and empty-text styles (computed once, not per line)."""
         focused = self.has_focus
         if self._styles is None or self._styles[0] != focused:
-            self._styles = (focused, (
-                self.rich_style,
-                self.get_component_rich_style("line-list--cursor"),
-                self.get_component_rich_style("line-list--header"),
-                self.get_component_rich_style("line-list--empty"),
-            ))
+            self._styles = (
+                focused,
+                (
+                    self.rich_style,
+                    self.get_component_rich_style("line-list--cursor"),
+                    self.get_component_rich_style("line-list--header"),
+                    self.get_component_rich_style("line-list--empty"),
+                ),
+            )
             self._cache.clear()
         return self._styles[1]
 

@@ -283,7 +283,9 @@ class MainScreen(Screen[None]):
         elif isinstance(pane, BreaksPane):
             screen = DetailScreen(break_title(item, ctx), break_detail(item, ctx), name="break-detail")
         elif isinstance(pane, EventsPane):
-            frame = find_frame(ctx.session, item.ref) if item.kind in ("compile", "recompile", "limit", "error") else None
+            frame = (
+                find_frame(ctx.session, item.ref) if item.kind in ("compile", "recompile", "limit", "error") else None
+            )
             site = find_break(ctx.session, item.ref) if item.kind == "graph_break" else None
             if frame is not None:
                 screen = DetailScreen(frame_title(frame, ctx), frame_detail(frame, ctx), name="frame-detail")

@@ -76,8 +76,13 @@ def layout(cols: Sequence[Col], ideal: Sequence[int], width: int) -> list[int]:
     return widths
 
 
-def cells(cols: Sequence[Col], widths: Sequence[int], values: Sequence[tuple[str, str]], width: int,
-          left_clip: Sequence[int] = ()) -> Text:
+def cells(
+    cols: Sequence[Col],
+    widths: Sequence[int],
+    values: Sequence[tuple[str, str]],
+    width: int,
+    left_clip: Sequence[int] = (),
+) -> Text:
     gap = " " * (2 if width >= 100 else 1)
     out = Text()
     for k, (c, w, (value, style)) in enumerate(zip(cols, widths, values, strict=False)):
@@ -94,9 +99,17 @@ class Pane(StoreView, LineList):
 
     NAME = "pane"
 
-    def __init__(self, ctx: ViewContext, render_row: Callable[[Any, int], Text], *,
-                 header: Callable[[int], Text] | None = None, follow: bool = False, empty: str = "",
-                 version: Callable[[Any], Any] | None = None, id: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: ViewContext,
+        render_row: Callable[[Any, int], Text],
+        *,
+        header: Callable[[int], Text] | None = None,
+        follow: bool = False,
+        empty: str = "",
+        version: Callable[[Any], Any] | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(render_row, header=header, follow=follow, empty=empty, version=version, id=id)
         self.ctx = ctx
         self.filter_text = ""
@@ -142,8 +155,9 @@ class FramesPane(Pane):
     SECTIONS = ("compile",)
 
     def __init__(self, ctx: ViewContext, id: str | None = None) -> None:
-        super().__init__(ctx, self._row, header=self._header_row, empty="no frames compiled yet",
-                         version=self._row_version, id=id)
+        super().__init__(
+            ctx, self._row, header=self._header_row, empty="no frames compiled yet", version=self._row_version, id=id
+        )
         self._ideal = [len(c.title) for c in FRAME_COLS]
         self._widths: tuple[int, list[int]] = (-1, [])
 
@@ -213,8 +227,14 @@ class BreaksPane(Pane):
     SECTIONS = ("compile",)
 
     def __init__(self, ctx: ViewContext, id: str | None = None) -> None:
-        super().__init__(ctx, self._row, header=self._header_row, empty="no graph breaks",
-                         version=lambda b: (b.count, b.reason, tuple(self._ideal)), id=id)
+        super().__init__(
+            ctx,
+            self._row,
+            header=self._header_row,
+            empty="no graph breaks",
+            version=lambda b: (b.count, b.reason, tuple(self._ideal)),
+            id=id,
+        )
         self._ideal = [len(c.title) for c in BREAK_COLS]
         self._widths: tuple[Any, list[int]] = (None, [])
 
@@ -244,15 +264,20 @@ class BreaksPane(Pane):
         sites = c.breaks_sorted()
         total = len(sites)
         if self.filter_text:
-            sites = [b for b in sites if self.matches(" ".join(v for v, _ in self._cells(b, False)) + " " + (b.detail or ""))]
+            sites = [
+                b for b in sites if self.matches(" ".join(v for v, _ in self._cells(b, False)) + " " + (b.detail or ""))
+            ]
         width = self.scrollable_content_region.width or 120
         ideal = [len(col.title) for col in BREAK_COLS]
         for b in islice(sites, 200):
             ideal[1] = max(ideal[1], len(fmt.where(b.file, b.line, self.ctx.cwd, width < 100)))
         self._ideal = ideal
         shown = f"{len(sites)}/{total}" if self.filter_text else f"{total}"
-        put_title(self, f"Graph breaks · {shown} {'site' if total == 1 else 'sites'}, "
-                        f"{fmt.plural(c.graph_break_count, 'break')}{self.filter_label()}")
+        put_title(
+            self,
+            f"Graph breaks · {shown} {'site' if total == 1 else 'sites'}, "
+            f"{fmt.plural(c.graph_break_count, 'break')}{self.filter_label()}",
+        )
         self.set_items(sites, key=lambda b: (b.file, b.line))
 
 
@@ -337,7 +362,7 @@ class EventsPane(Pane):
         if self._index_of is not c or self._indexed > len(c.compiles):
             self._index_of, self._index, self._indexed = c, {}, 0
         if self._indexed < len(c.compiles):
-            for rec in c.compiles[self._indexed:]:
+            for rec in c.compiles[self._indexed :]:
                 self._index[rec.compile_id] = rec
             self._indexed = len(c.compiles)
         rec = self._index.get(str(compile_id))
@@ -416,7 +441,7 @@ class OutputPane(Pane):
         seen_gen, seen_total = self._seen
         new = out.total_lines - seen_total
         if self._partials:
-            del self.items[-self._partials:]
+            del self.items[-self._partials :]
             self._partials = 0
         if gen != seen_gen or seen_total < 0 or new < 0 or new > len(out.lines):
             rows = [ln for ln in out.lines if self.matches(ln.text)]

@@ -95,7 +95,7 @@ class Pump:
             else:
                 # fold in small steps, so one slow batch cannot overrun the slice
                 for i in range(0, len(batch), SLICE_EVENTS):
-                    for ev in batch[i:i + SLICE_EVENTS]:
+                    for ev in batch[i : i + SLICE_EVENTS]:
                         apply(ev)
                     if perf_counter() >= deadline and i + SLICE_EVENTS < len(batch):
                         done = i + SLICE_EVENTS

@@ -15,8 +15,14 @@ PLAY_TICK_S = 0.1
 
 
 class ReplayControl:
-    def __init__(self, ctx: ViewContext, full: Session, timeline: Timeline | None,
-                 refresh: Callable[[], Any], set_interval: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        ctx: ViewContext,
+        full: Session,
+        timeline: Timeline | None,
+        refresh: Callable[[], Any],
+        set_interval: Callable[..., Any],
+    ) -> None:
         self.ctx = ctx
         self.full = full
         self.timeline = timeline

@@ -116,14 +116,24 @@ class ConfirmStop(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         who = f"pid {self.pid}" if self.pid else "the job"
-        how = (f"Stop sends SIGTERM now, SIGKILL after {self.grace:g} s if it still runs"
-               if self.grace > 0 else "Stop sends SIGTERM only; no SIGKILL follows")
+        how = (
+            f"Stop sends SIGTERM now, SIGKILL after {self.grace:g} s if it still runs"
+            if self.grace > 0
+            else "Stop sends SIGTERM only; no SIGKILL follows"
+        )
         with Vertical() as v:
             v.border_title = "Stop the job?"
-            yield Static(Text.assemble(("The job is still running ", "bold"), f"({who}).\n",
-                                       "Stop it, or leave it running and come back with ",
-                                       ("ctmon watch", "bold"), "?\n",
-                                       (f"{how} (--stop-grace).", "dim")), id="question")
+            yield Static(
+                Text.assemble(
+                    ("The job is still running ", "bold"),
+                    f"({who}).\n",
+                    "Stop it, or leave it running and come back with ",
+                    ("ctmon watch", "bold"),
+                    "?\n",
+                    (f"{how} (--stop-grace).", "dim"),
+                ),
+                id="question",
+            )
             with Horizontal():
                 yield Button(Text("Stop it (y)"), id="stop", variant="error")
                 yield Button(Text("Leave running (d)"), id="detach", variant="primary")
@@ -157,8 +167,13 @@ class FilterScreen(ModalScreen["tuple[str, frozenset[str] | None] | None"]):
         Binding("enter", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, pane_name: str, text: str, kinds: list[tuple[str, str]] | None = None,
-                 selected: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        pane_name: str,
+        text: str,
+        kinds: list[tuple[str, str]] | None = None,
+        selected: frozenset[str] | None = None,
+    ) -> None:
         super().__init__()
         self.pane_name = pane_name
         self.text = text
@@ -171,11 +186,16 @@ class FilterScreen(ModalScreen["tuple[str, frozenset[str] | None] | None"]):
             yield Input(value=self.text, placeholder="text to match (empty: show all)", id="filter-text")
             if self.kinds is not None:
                 yield SelectionList[str](
-                    *[Selection(label, kind, self.selected is None or kind in self.selected) for kind, label in self.kinds],
+                    *[
+                        Selection(label, kind, self.selected is None or kind in self.selected)
+                        for kind, label in self.kinds
+                    ],
                     id="filter-kinds",
                 )
-            yield Static("Enter applies · Esc cancels" + (" · Tab to the kinds, space toggles" if self.kinds else ""),
-                         classes="hint")
+            yield Static(
+                "Enter applies · Esc cancels" + (" · Tab to the kinds, space toggles" if self.kinds else ""),
+                classes="hint",
+            )
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
@@ -220,8 +240,10 @@ class DetailScreen(Screen[None]):
         with VerticalScroll(id="detail-body") as v:
             v.border_title = Content(self.title_text)
             yield Static(self.body, id="detail-text")
-        yield Static(Text.assemble((" Esc ", "bold reverse"), " back  ", (" ↑↓ PgUp PgDn ", "bold reverse"), " scroll"),
-                     id="detail-keys")
+        yield Static(
+            Text.assemble((" Esc ", "bold reverse"), " back  ", (" ↑↓ PgUp PgDn ", "bold reverse"), " scroll"),
+            id="detail-keys",
+        )
 
     def on_mount(self) -> None:
         self.query_one("#detail-body").focus()

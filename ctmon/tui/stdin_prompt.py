@@ -33,8 +33,9 @@ class StdinPrompt(ModalScreen["str | None"]):
     def compose(self) -> ComposeResult:
         with Vertical() as v:
             v.border_title = "Input to the job's stdin"
-            yield Input(placeholder="a line for the job (Enter sends it with a newline)", max_length=MAX_LINE,
-                        id="stdin-line")
+            yield Input(
+                placeholder="a line for the job (Enter sends it with a newline)", max_length=MAX_LINE, id="stdin-line"
+            )
             yield Static("Enter sends · Esc cancels", classes="hint")
 
     def on_mount(self) -> None:
@@ -58,7 +59,10 @@ def open_stdin_prompt(app: Any) -> None:
         if line is None:
             return
         ok = app.feed.send_stdin(line + "\n")
-        app.notify("sent to the job's stdin" if ok else "could not reach the job", severity="information" if ok
-                   else "error", timeout=3)
+        app.notify(
+            "sent to the job's stdin" if ok else "could not reach the job",
+            severity="information" if ok else "error",
+            timeout=3,
+        )
 
     app.push_screen(StdinPrompt(), send)

@@ -71,8 +71,9 @@ async def wait_loaded(pilot: Any, timeout: float = 10.0) -> None:
 async def wait_applied(pilot: Any, count: int, timeout: float = 10.0) -> None:
     """Until at least ``count`` events are folded and a repaint has had its chance."""
     app = pilot.app
-    ok = await wait_until(pilot, lambda: app.applied >= count and app.handoff.pending == 0
-                          and app._refresh_timer is None, timeout)
+    ok = await wait_until(
+        pilot, lambda: app.applied >= count and app.handoff.pending == 0 and app._refresh_timer is None, timeout
+    )
     if not ok:
         raise TimeoutError(f"only {app.applied} of {count} events were applied")
     await pilot.pause()

@@ -27,8 +27,15 @@ if TYPE_CHECKING:
     from ctmon.store.session import Session
 
 LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, EXPLICIT, OTHER = (
-    "logging", "scalar-output", "data-dependent-branch", "dynamic-shape-op", "numpy", "unsupported-call",
-    "explicit", "other")
+    "logging",
+    "scalar-output",
+    "data-dependent-branch",
+    "dynamic-shape-op",
+    "numpy",
+    "unsupported-call",
+    "explicit",
+    "other",
+)
 
 TITLES = {
     LOGGING: "Graph breaks on logging / print",
@@ -42,26 +49,40 @@ TITLES = {
 }
 
 FIXES = {
-    LOGGING: ("Move the print/log call out of the compiled function (log the returned tensors after the call), or let "
-              "Dynamo defer it: torch._dynamo.config.reorderable_logging_functions.add(print) (works for print and "
-              "logging functions whose arguments are constants or tensors); for logging.Logger methods, "
-              "torch._dynamo.config.ignore_logging_functions.add(logger.info) drops the call under compile."),
-    SCALAR_OUT: ("Keep the value a tensor: replace `t.item()` with tensor ops (`torch.where`, broadcasting, `t.clamp`) "
-                 "and return tensors, calling .item()/.tolist() after the compiled call; if a Python number is truly "
-                 "needed inside, set torch._dynamo.config.capture_scalar_outputs = True so .item() is captured in the "
-                 "graph as a symbolic value instead of splitting it."),
-    BRANCH: ("Make the branch tensor code: `y = torch.where(cond, a, b)` computes both sides without leaving the graph; "
-             "for expensive or side-effecting branches use torch.cond(pred, true_fn, false_fn, (operands,)). "
-             "Branch on Python values (shapes, flags) instead of tensor values where you can."),
-    DYN_SHAPE: ("Set torch._dynamo.config.capture_dynamic_output_shape_ops = True so nonzero()/unique()/masked "
-                "indexing stay in the graph, or rewrite with fixed-shape ops (torch.where with a mask, padding)."),
-    NUMPY: ("Use the torch equivalent of the NumPy call on the tensor, so it stays in the graph (Dynamo traces only "
-            "the NumPy functions torch._numpy implements); convert to NumPy only outside the compiled function."),
-    CALL: ("Wrap the call as a custom operator (torch.library.custom_op) so Dynamo treats it as one opaque op in the "
-           "graph, or — if it is traceable Python — allow it: torch.compiler.allow_in_graph(fn). Calls with side effects "
-           "only (timers, pids) can move outside the compiled function."),
-    EXPLICIT: ("Remove the torch._dynamo.graph_break() call if the split is not needed; each one costs a graph "
-               "boundary on every call."),
+    LOGGING: (
+        "Move the print/log call out of the compiled function (log the returned tensors after the call), or let "
+        "Dynamo defer it: torch._dynamo.config.reorderable_logging_functions.add(print) (works for print and "
+        "logging functions whose arguments are constants or tensors); for logging.Logger methods, "
+        "torch._dynamo.config.ignore_logging_functions.add(logger.info) drops the call under compile."
+    ),
+    SCALAR_OUT: (
+        "Keep the value a tensor: replace `t.item()` with tensor ops (`torch.where`, broadcasting, `t.clamp`) "
+        "and return tensors, calling .item()/.tolist() after the compiled call; if a Python number is truly "
+        "needed inside, set torch._dynamo.config.capture_scalar_outputs = True so .item() is captured in the "
+        "graph as a symbolic value instead of splitting it."
+    ),
+    BRANCH: (
+        "Make the branch tensor code: `y = torch.where(cond, a, b)` computes both sides without leaving the graph; "
+        "for expensive or side-effecting branches use torch.cond(pred, true_fn, false_fn, (operands,)). "
+        "Branch on Python values (shapes, flags) instead of tensor values where you can."
+    ),
+    DYN_SHAPE: (
+        "Set torch._dynamo.config.capture_dynamic_output_shape_ops = True so nonzero()/unique()/masked "
+        "indexing stay in the graph, or rewrite with fixed-shape ops (torch.where with a mask, padding)."
+    ),
+    NUMPY: (
+        "Use the torch equivalent of the NumPy call on the tensor, so it stays in the graph (Dynamo traces only "
+        "the NumPy functions torch._numpy implements); convert to NumPy only outside the compiled function."
+    ),
+    CALL: (
+        "Wrap the call as a custom operator (torch.library.custom_op) so Dynamo treats it as one opaque op in the "
+        "graph, or — if it is traceable Python — allow it: torch.compiler.allow_in_graph(fn). Calls with side effects "
+        "only (timers, pids) can move outside the compiled function."
+    ),
+    EXPLICIT: (
+        "Remove the torch._dynamo.graph_break() call if the split is not needed; each one costs a graph "
+        "boundary on every call."
+    ),
     OTHER: "See PyTorch's explanation and hints for this break (the link in the evidence), and the source line.",
 }
 
@@ -95,8 +116,13 @@ def category(site: BreakSite) -> str:
     summary = (site.reason or "").lower()
     main = " ".join(x for x in (site.reason, site.explanation) if x).lower()
     hints = " ".join(site.hints).lower()
-    if ("print" in summary or "logging" in summary or "warn" in summary or "debugging function" in summary
-            or "attempting to call a logging function" in hints):
+    if (
+        "print" in summary
+        or "logging" in summary
+        or "warn" in summary
+        or "debugging function" in summary
+        or "attempting to call a logging function" in hints
+    ):
         return LOGGING
     if "item()" in summary or "tolist" in summary or "_local_scalar_dense" in main or "capture_scalar_outputs" in main:
         return SCALAR_OUT
@@ -108,8 +134,13 @@ def category(site: BreakSite) -> str:
         return NUMPY
     if "graph_break()" in summary:
         return EXPLICIT
-    if ("marked as skipped" in summary or "unsupported" in summary or "builtin" in main or "custom op" in main
-            or "not supported" in summary):
+    if (
+        "marked as skipped" in summary
+        or "unsupported" in summary
+        or "builtin" in main
+        or "custom op" in main
+        or "not supported" in summary
+    ):
         return CALL
     if site.detail and "generic_jump" in site.detail.lower():
         return BRANCH
@@ -138,14 +169,20 @@ def _specific_fix(cat: str, sites: list[BreakSite]) -> str:
             if m:
                 fn = m.group("fn").rstrip(".")
                 if fn.startswith(_SIDE_EFFECT_MODULES):
-                    out.append(f"`{fn}()` only has side effects or reads the host: call it outside the compiled "
-                               "function (before or after the compiled call) and pass in what the graph needs.")
+                    out.append(
+                        f"`{fn}()` only has side effects or reads the host: call it outside the compiled "
+                        "function (before or after the compiled call) and pass in what the graph needs."
+                    )
                 else:
-                    out.append(f"`{fn}` cannot be traced: register it with torch.library.custom_op, or call it "
-                               "outside the compiled function.")
+                    out.append(
+                        f"`{fn}` cannot be traced: register it with torch.library.custom_op, or call it "
+                        "outside the compiled function."
+                    )
         elif cat == LOGGING and "logging.logger" in (b.reason or "").lower():
-            out.append("This is a logging.Logger call: torch._dynamo.config.ignore_logging_functions.add(logger.info) "
-                       "(with your logger's method) drops it under compile.")
+            out.append(
+                "This is a logging.Logger call: torch._dynamo.config.ignore_logging_functions.add(logger.info) "
+                "(with your logger's method) drops it under compile."
+            )
     seen: list[str] = []
     for x in out:
         if x not in seen:
@@ -199,15 +236,21 @@ def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
         id=f"graph-breaks:{cat}" + {LOOP: "", ONCE: ":outside-loop", FAILED: ":before-failure"}[state],
         rule="graph-breaks",
         severity="warning" if looped else "info",
-        title=(f"{TITLES[cat]} {when}: {n_sites} site{'s' if n_sites != 1 else ''}, "
-               f"{total} break{'s' if total != 1 else ''}"),
-        file=top.file, line=top.line,
-        detail={LOOP: "Each break splits the graph: the code around it runs eagerly between two compiled graphs on "
-                      "every step, and fusion across it is lost.",
-                ONCE: "Met outside the step loop (set-up or after the last step): it costs once, not every step.",
-                FAILED: "The job failed before its first step completed, so these breaks were met in what would "
-                        "have been the first step: each splits the graph on every step once the job runs."}[state],
-        evidence=evidence, fix=(specific + " " + FIXES[cat]).strip() if specific else FIXES[cat],
+        title=(
+            f"{TITLES[cat]} {when}: {n_sites} site{'s' if n_sites != 1 else ''}, "
+            f"{total} break{'s' if total != 1 else ''}"
+        ),
+        file=top.file,
+        line=top.line,
+        detail={
+            LOOP: "Each break splits the graph: the code around it runs eagerly between two compiled graphs on "
+            "every step, and fusion across it is lost.",
+            ONCE: "Met outside the step loop (set-up or after the last step): it costs once, not every step.",
+            FAILED: "The job failed before its first step completed, so these breaks were met in what would "
+            "have been the first step: each splits the graph on every step once the job runs.",
+        }[state],
+        evidence=evidence,
+        fix=(specific + " " + FIXES[cat]).strip() if specific else FIXES[cat],
         rank=(RANK_BREAKS if looped else 0) + min(total, 99),
     )
 

@@ -10,8 +10,10 @@ from ctmon.store.findings.model import RANK_CACHE, Finding
 if TYPE_CHECKING:
     from ctmon.store.session import Session
 
-PORTABLE = ("torch.compiler.save_cache_artifacts() after a warm run and torch.compiler.load_cache_artifacts() "
-            "before compiling in a fresh environment (e.g. a new container)")
+PORTABLE = (
+    "torch.compiler.save_cache_artifacts() after a warm run and torch.compiler.load_cache_artifacts() "
+    "before compiling in a fresh environment (e.g. a new container)"
+)
 
 
 def tmp_default(cache_dir: str | None) -> bool:
@@ -56,22 +58,32 @@ def _bypass_fix(reason: str) -> str:
         module = _FN_MODULE.search(reason)
         what = name.group("name") if name else _stable(target.group("target"))
         where = f" (from {module.group('module')})" if module and module.group("module") != "None" else ""
-        return (f"The graph calls `{what}`{where} as an opaque function — typically one marked with "
-                "torch.compiler.allow_in_graph or torch.fx.wrap — and AOTAutograd cannot key such a call, so this "
-                f"graph is recompiled on every start. Let Dynamo trace `{what}` (remove allow_in_graph), or make it a "
-                "custom operator (torch.library.custom_op), which the cache handles.")
+        return (
+            f"The graph calls `{what}`{where} as an opaque function — typically one marked with "
+            "torch.compiler.allow_in_graph or torch.fx.wrap — and AOTAutograd cannot key such a call, so this "
+            f"graph is recompiled on every start. Let Dynamo trace `{what}` (remove allow_in_graph), or make it a "
+            "custom operator (torch.library.custom_op), which the cache handles."
+        )
     if "higherorderoperator" in low or "higher order" in low:
-        return ("The graph contains a higher-order op the cache cannot key (e.g. a custom autograd.Function or "
-                "flex_attention with a closure); keep such code outside the compiled region or accept recompiling it.")
+        return (
+            "The graph contains a higher-order op the cache cannot key (e.g. a custom autograd.Function or "
+            "flex_attention with a closure); keep such code outside the compiled region or accept recompiling it."
+        )
     if "unpicklable" in low or "pickle" in low:
-        return ("Something the graph captures cannot be pickled into a cache key (often a closure, lambda or custom "
-                "object baked in as a constant): pass it as a tensor argument or make it a module attribute of a "
-                "picklable type.")
+        return (
+            "Something the graph captures cannot be pickled into a cache key (often a closure, lambda or custom "
+            "object baked in as a constant): pass it as a tensor argument or make it a module attribute of a "
+            "picklable type."
+        )
     if "freezing" in low:
-        return "torch._inductor.config.freezing disables the AOTAutograd cache; turn freezing off to cache these graphs."
+        return (
+            "torch._inductor.config.freezing disables the AOTAutograd cache; turn freezing off to cache these graphs."
+        )
     if "not enabled" in low or "disabled" in low:
-        return ("Enable the caches: unset TORCHINDUCTOR_FORCE_DISABLE_CACHES and keep "
-                "torch._inductor.config.fx_graph_cache / torch._functorch.config.enable_autograd_cache on (default).")
+        return (
+            "Enable the caches: unset TORCHINDUCTOR_FORCE_DISABLE_CACHES and keep "
+            "torch._inductor.config.fx_graph_cache / torch._functorch.config.enable_autograd_cache on (default)."
+        )
     if "torchbind" in low or "scriptobject" in low:
         return "Graphs holding TorchScript/torchbind objects are not cached; keep those outside the compiled region."
     return "PyTorch could not cache this graph for the reason above; keep the offending construct out of the compiled region."
@@ -86,29 +98,44 @@ def rule_caches(s: Session) -> list[Finding]:
         # Only worth saying when Inductor compiled something: the eager and
         # aot_eager backends use no Inductor cache.
         file, line = _location(s)
-        out.append(Finding(
-            id="cache:disabled", rule="caches", severity="warning",
-            title="Inductor's compile caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)",
-            file=file, line=line,
-            detail=(f"Every start compiles from scratch ({cs.total_time_s + cs.bwd_time_s:.1f} s of compiling in "
-                    "this run); with caches, a restart would reuse earlier compiles."),
-            evidence=[f"TORCHINDUCTOR_FORCE_DISABLE_CACHES={env['TORCHINDUCTOR_FORCE_DISABLE_CACHES']}"],
-            fix="Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES (it is meant for debugging the caches themselves).",
-            rank=RANK_CACHE + 30,
-        ))
+        out.append(
+            Finding(
+                id="cache:disabled",
+                rule="caches",
+                severity="warning",
+                title="Inductor's compile caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)",
+                file=file,
+                line=line,
+                detail=(
+                    f"Every start compiles from scratch ({cs.total_time_s + cs.bwd_time_s:.1f} s of compiling in "
+                    "this run); with caches, a restart would reuse earlier compiles."
+                ),
+                evidence=[f"TORCHINDUCTOR_FORCE_DISABLE_CACHES={env['TORCHINDUCTOR_FORCE_DISABLE_CACHES']}"],
+                fix="Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES (it is meant for debugging the caches themselves).",
+                rank=RANK_CACHE + 30,
+            )
+        )
     entries = meta.cache_entries or {}
     for cache, n in sorted(cs.guard_misses.items()):
         label = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(cache, cache)
-        out.append(Finding(
-            id=f"cache:guard-miss:{cache}", rule="caches", severity="warning",
-            title=f"{label} cache held these graphs but missed {n}× on their shape guards",
-            detail=("The same graph was cached, compiled for other input sizes; with dynamic shapes the cached entry "
-                    "is only reused when the new sizes satisfy its guards."),
-            evidence=[f"{label}: {n} guard miss(es) (PyTorch: cache_status_detailed = guard_miss)"],
-            fix=("Warm the cache with the sizes the job really uses (or mark the dims dynamic with ranges that cover "
-                 "them: torch._dynamo.mark_dynamic(t, dim, min=..., max=...)), and keep sizes stable between runs."),
-            rank=RANK_CACHE + 26,
-        ))
+        out.append(
+            Finding(
+                id=f"cache:guard-miss:{cache}",
+                rule="caches",
+                severity="warning",
+                title=f"{label} cache held these graphs but missed {n}× on their shape guards",
+                detail=(
+                    "The same graph was cached, compiled for other input sizes; with dynamic shapes the cached entry "
+                    "is only reused when the new sizes satisfy its guards."
+                ),
+                evidence=[f"{label}: {n} guard miss(es) (PyTorch: cache_status_detailed = guard_miss)"],
+                fix=(
+                    "Warm the cache with the sizes the job really uses (or mark the dims dynamic with ranges that cover "
+                    "them: torch._dynamo.mark_dynamic(t, dim, min=..., max=...)), and keep sizes stable between runs."
+                ),
+                rank=RANK_CACHE + 26,
+            )
+        )
     if fx is not None and fx.miss and not fx.hit and entries.get("fx_graph", 0) > 0:
         # A directory the user chose for this job is expected to serve its
         # graphs again; the shared default directory also holds everyone
@@ -118,23 +145,38 @@ def rule_caches(s: Session) -> list[Finding]:
         # The entries counted at start are the directory's, not this job's:
         # the finding says what is known (none of them matched) and leaves
         # open whose they were.
-        out.append(Finding(
-            id="cache:expected-hits", rule="caches", severity="warning" if chosen else "info", file=file, line=line,
-            title=(f"FX graph cache missed {fx.miss}×: none of the {entries['fx_graph']} entries already in "
-                   f"{meta.cache_dir} matched this run's graphs"),
-            detail=("The directory held compiled graphs at start, but not these: they may be other models' or other "
+        out.append(
+            Finding(
+                id="cache:expected-hits",
+                rule="caches",
+                severity="warning" if chosen else "info",
+                file=file,
+                line=line,
+                title=(
+                    f"FX graph cache missed {fx.miss}×: none of the {entries['fx_graph']} entries already in "
+                    f"{meta.cache_dir} matched this run's graphs"
+                ),
+                detail=(
+                    "The directory held compiled graphs at start, but not these: they may be other models' or other "
                     "code's graphs (a shared directory holds every job's). If they were this job's from an earlier "
                     "run, something in the cache key changed — code, shapes, dtypes, torch/triton version, Inductor "
-                    "config, or Python values baked into the graph."),
-            evidence=[f"cache dir: {meta.cache_dir}", f"entries at start: {entries}",
-                      f"FX graph: {fx.hit} hit / {fx.miss} miss / {fx.bypass} bypass"]
-            + ([f"AOTAutograd: {aot.hit} hit / {aot.miss} miss / {aot.bypass} bypass"] if aot else []),
-            fix=("If other jobs share the directory, these misses are expected: give this job a TORCHINDUCTOR_CACHE_DIR "
-                 "of its own to see whether its graphs come back. Otherwise keep what the graph depends on stable "
-                 "between runs (same shapes and dtypes, same config, no Python values that change baked into the "
-                 f"graph), and keep TORCHINDUCTOR_CACHE_DIR the same. To reuse compiles across machines, use {PORTABLE}."),
-            rank=RANK_CACHE + 25,
-        ))
+                    "config, or Python values baked into the graph."
+                ),
+                evidence=[
+                    f"cache dir: {meta.cache_dir}",
+                    f"entries at start: {entries}",
+                    f"FX graph: {fx.hit} hit / {fx.miss} miss / {fx.bypass} bypass",
+                ]
+                + ([f"AOTAutograd: {aot.hit} hit / {aot.miss} miss / {aot.bypass} bypass"] if aot else []),
+                fix=(
+                    "If other jobs share the directory, these misses are expected: give this job a TORCHINDUCTOR_CACHE_DIR "
+                    "of its own to see whether its graphs come back. Otherwise keep what the graph depends on stable "
+                    "between runs (same shapes and dtypes, same config, no Python values that change baked into the "
+                    f"graph), and keep TORCHINDUCTOR_CACHE_DIR the same. To reuse compiles across machines, use {PORTABLE}."
+                ),
+                rank=RANK_CACHE + 25,
+            )
+        )
     bypasses: dict[tuple[str, str], list[str]] = {}
     for reason, n in cs.bypass_reasons.most_common():
         cache, _, why = reason.partition(": ")
@@ -144,25 +186,45 @@ def rule_caches(s: Session) -> list[Finding]:
         label = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(cache, cache)
         n = len(whys)
         file, line = _location(s)
-        out.append(Finding(
-            id=f"cache:bypass:{cache}:{first[:60]}", rule="caches", severity="warning",
-            title=f"{label} cache bypassed {n}×: {first[:120]}",
-            file=file, line=line,
-            detail="A bypassed graph is never cached: it compiles again on every start.",
-            evidence=[f"{label} cache bypass: {' '.join(_stable(w).split())[:300]}" for w in dict.fromkeys(whys)][:5],
-            fix=_bypass_fix(whys[0]), rank=RANK_CACHE + 20 + n,
-        ))
-    if fx is not None and fx.miss and not fx.hit and not entries.get("fx_graph") and tmp_default(meta.cache_dir) \
-            and not env.get("TORCHINDUCTOR_CACHE_DIR"):
-        out.append(Finding(
-            id="cache:cold-tmp", rule="caches", severity="info",
-            title="Compiled from a cold cache in a temporary directory",
-            detail=(f"Inductor's cache is {meta.cache_dir}, which is lost on reboot and is private to each container; "
-                    "the next start of this job can reuse this run's compiles only if the directory survives."),
-            evidence=[f"FX graph: {fx.miss} miss; AOTAutograd: {aot.miss if aot else 0} miss"],
-            fix=f"Set TORCHINDUCTOR_CACHE_DIR to a persistent directory (e.g. on the shared filesystem), or use {PORTABLE}.",
-            rank=RANK_CACHE - 100,
-        ))
+        out.append(
+            Finding(
+                id=f"cache:bypass:{cache}:{first[:60]}",
+                rule="caches",
+                severity="warning",
+                title=f"{label} cache bypassed {n}×: {first[:120]}",
+                file=file,
+                line=line,
+                detail="A bypassed graph is never cached: it compiles again on every start.",
+                evidence=[f"{label} cache bypass: {' '.join(_stable(w).split())[:300]}" for w in dict.fromkeys(whys)][
+                    :5
+                ],
+                fix=_bypass_fix(whys[0]),
+                rank=RANK_CACHE + 20 + n,
+            )
+        )
+    if (
+        fx is not None
+        and fx.miss
+        and not fx.hit
+        and not entries.get("fx_graph")
+        and tmp_default(meta.cache_dir)
+        and not env.get("TORCHINDUCTOR_CACHE_DIR")
+    ):
+        out.append(
+            Finding(
+                id="cache:cold-tmp",
+                rule="caches",
+                severity="info",
+                title="Compiled from a cold cache in a temporary directory",
+                detail=(
+                    f"Inductor's cache is {meta.cache_dir}, which is lost on reboot and is private to each container; "
+                    "the next start of this job can reuse this run's compiles only if the directory survives."
+                ),
+                evidence=[f"FX graph: {fx.miss} miss; AOTAutograd: {aot.miss if aot else 0} miss"],
+                fix=f"Set TORCHINDUCTOR_CACHE_DIR to a persistent directory (e.g. on the shared filesystem), or use {PORTABLE}.",
+                rank=RANK_CACHE - 100,
+            )
+        )
     return out
 
 

@@ -63,16 +63,20 @@ def rule_cascades(s: Session) -> list[Finding]:
             title = f"{len(frames)} frames recompile together on every change: {what}{shown}"
         else:
             title = f"One change recompiled {len(frames)} frames: {what}{shown}"
-        detail = (f"One call into compiled code reached {names}; each guarded on the changed input (under its own "
-                  f"name there), so {'every' if n >= 2 else 'the'} change compiled all of them again: "
-                  f"{len(pairs)} recompiles, {cost:.2f} s of compiling.")
+        detail = (
+            f"One call into compiled code reached {names}; each guarded on the changed input (under its own "
+            f"name there), so {'every' if n >= 2 else 'the'} change compiled all of them again: "
+            f"{len(pairs)} recompiles, {cost:.2f} s of compiling."
+        )
         limited = [f for f in frames if f.limit_hit]
         if limited:
             detail += f" {', '.join(f.title for f in limited)} hit the recompile limit and now run(s) eager."
         if warm:
             detail += " " + R._WARM_UP_DETAIL
-        evidence = [f"{s.compile.frames[c.frame_id].title if c.frame_id in s.compile.frames else '?'}: {R._ev(c, x)}"
-                    for c, x in pairs[:MAX_EVIDENCE]]
+        evidence = [
+            f"{s.compile.frames[c.frame_id].title if c.frame_id in s.compile.frames else '?'}: {R._ev(c, x)}"
+            for c, x in pairs[:MAX_EVIDENCE]
+        ]
         if len(pairs) > MAX_EVIDENCE:
             evidence.append(f"… and {len(pairs) - MAX_EVIDENCE} more recompiles")
         evidence.append(f"in all: {len(pairs)} recompiles of {len(frames)} frames, {cost:.2f} s")
@@ -81,18 +85,21 @@ def rule_cascades(s: Session) -> list[Finding]:
         else:
             severity = "warning" if n >= 2 or limited else "info"
         top = frames[0]
-        out.append(Finding(
-            id=f"{_rule(g.kind)}:{'+'.join(str(f.frame_id) for f in frames)}:{g.name}"
-            + (f":{g.dim}" if g.dim is not None else ""),
-            rule=_rule(g.kind),
-            severity=severity,
-            title=title,
-            file=top.loc.file, line=top.loc.line,
-            detail=detail,
-            evidence=evidence,
-            fix=R.fix_for(g, vals),
-            rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
-        ))
+        out.append(
+            Finding(
+                id=f"{_rule(g.kind)}:{'+'.join(str(f.frame_id) for f in frames)}:{g.name}"
+                + (f":{g.dim}" if g.dim is not None else ""),
+                rule=_rule(g.kind),
+                severity=severity,
+                title=title,
+                file=top.loc.file,
+                line=top.loc.line,
+                detail=detail,
+                evidence=evidence,
+                fix=R.fix_for(g, vals),
+                rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
+            )
+        )
     return out
 
 

@@ -106,7 +106,9 @@ class Guard:
 
 
 _PREFIX = re.compile(r"^\s*(?:\d+/\d+|!\d+/\d+/\d+):\s*")
-_TENSOR = re.compile(r"^tensor '(?P<name>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<dim>\d+))?\.?\s*(?P<rest>.*)$")
+_TENSOR = re.compile(
+    r"^tensor '(?P<name>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<dim>\d+))?\.?\s*(?P<rest>.*)$"
+)
 _EXPECTED = re.compile(r"expected (?P<exp>.+?)(?:, actual (?P<act>.+))?$")
 _TYPE = re.compile(r"^expected type of '(?P<name>.+?)' to be (?:a |an )?(?P<exp>.+?),.*?found <class '(?P<act>[^']+)'>")
 _EQ = re.compile(r"^(?P<lhs>.+?)\s*==\s*(?P<rhs>.+?)\s*$")
@@ -134,7 +136,7 @@ def classify(reason: str) -> Guard:
         code = re.split(r"\s{2,}#\s", src)[0].strip() or None
         loc = _LOC.search(comment)
         if loc:
-            h = _HINT.match(comment[loc.end():])
+            h = _HINT.match(comment[loc.end() :])
             hint = h.group("hint").strip() or None if h else None
     file = line = None
     u = _USER.search(text)
@@ -147,8 +149,23 @@ def classify(reason: str) -> Guard:
 
 # Kinds that name a concrete change a user can act on, strongest first; the
 # rest say only that *something* in a container or object differed.
-_STRONG = (SHAPE, SCALAR, ITEM, DTYPE, DEVICE, RANK, STRIDE, REQUIRES_GRAD, DISPATCH, GRAD_MODE, GLOBAL_STATE,
-           TRAINING, MODULE_ATTR, GLOBAL, FLAG)
+_STRONG = (
+    SHAPE,
+    SCALAR,
+    ITEM,
+    DTYPE,
+    DEVICE,
+    RANK,
+    STRIDE,
+    REQUIRES_GRAD,
+    DISPATCH,
+    GRAD_MODE,
+    GLOBAL_STATE,
+    TRAINING,
+    MODULE_ATTR,
+    GLOBAL,
+    FLAG,
+)
 _WEAK = (LENGTH, CONTAINER, IDENTITY, TYPE, INVALIDATED, OTHER)
 
 
@@ -159,8 +176,9 @@ def failed(reasons: list[str]) -> list[Guard]:
         if not r or not r.strip():
             continue
         g = classify(r)
-        if all((g.kind, g.name, g.dim, g.expected, g.actual) != (x.kind, x.name, x.dim, x.expected, x.actual)
-               for x in out):
+        if all(
+            (g.kind, g.name, g.dim, g.expected, g.actual) != (x.kind, x.name, x.dim, x.expected, x.actual) for x in out
+        ):
             out.append(g)
     return out
 
@@ -181,11 +199,11 @@ def _split_comment(line: str) -> tuple[str, str]:
     """Split Dynamo's guard line into the guard and its trailing source comment."""
     if line.startswith(("tensor '", "expected type of", "GLOBAL_STATE", "Cache line invalidated")):
         m = re.search(r"\s{2,}#\s", line)  # tensor guards carry no comment, but their values might hold '#'
-        return (line[: m.start()], line[m.end():]) if m else (line, "")
+        return (line[: m.start()], line[m.end() :]) if m else (line, "")
     m = _COMMENT.search(line)
     if not m:
         return line, ""
-    return line[: m.start()], line[m.start():]
+    return line[: m.start()], line[m.start() :]
 
 
 def _classify_body(body: str) -> Guard:

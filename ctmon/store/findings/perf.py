@@ -63,18 +63,27 @@ def rule_compile_cost(s: Session) -> list[Finding]:
         evidence.append(f"recompiles alone: {recompile_time:.2f} s")
     backend = sum(c.backend_s or 0.0 for c in cs.compiles)
     if backend >= 0.05:
-        evidence.append(f"forward compiles: {backend:.2f} s in the backend (AOTAutograd/Inductor), "
-                        f"{max(0.0, cs.total_time_s - backend):.2f} s in Dynamo")
-    return [Finding(
-        id="compile-cost", rule="compile-cost", severity="info",
-        title=f"Compilation took {total:.1f} s{share}",
-        file=frames[0].loc.file if frames else None, line=frames[0].loc.line if frames else None,
-        detail="Where the compile time went, by frame. Warm caches (a persistent TORCHINDUCTOR_CACHE_DIR) make restarts cheaper.",
-        evidence=evidence,
-        fix=("Compile the hot parts (the model's forward/loss), not set-up code; keep caches warm between runs; "
-             "pick the mode by measurement (max-autotune compiles much longer)."),
-        rank=RANK_COST + min(total, 99),
-    )]
+        evidence.append(
+            f"forward compiles: {backend:.2f} s in the backend (AOTAutograd/Inductor), "
+            f"{max(0.0, cs.total_time_s - backend):.2f} s in Dynamo"
+        )
+    return [
+        Finding(
+            id="compile-cost",
+            rule="compile-cost",
+            severity="info",
+            title=f"Compilation took {total:.1f} s{share}",
+            file=frames[0].loc.file if frames else None,
+            line=frames[0].loc.line if frames else None,
+            detail="Where the compile time went, by frame. Warm caches (a persistent TORCHINDUCTOR_CACHE_DIR) make restarts cheaper.",
+            evidence=evidence,
+            fix=(
+                "Compile the hot parts (the model's forward/loss), not set-up code; keep caches warm between runs; "
+                "pick the mode by measurement (max-autotune compiles much longer)."
+            ),
+            rank=RANK_COST + min(total, 99),
+        )
+    ]
 
 
 def rule_late_compiles(s: Session) -> list[Finding]:
@@ -96,23 +105,38 @@ def rule_late_compiles(s: Session) -> list[Finding]:
     first = s.compile.frames.get(late[0].frame_id)
     first_step = bisect_right(series.times, late[0].span[0])
     kinds = {G.classify(c.recompile_reason).kind for c in late if c.recompile_reason}
-    fix = ("Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
-           "e.g. a forward and backward on a batch of each size before the loop)")
+    fix = (
+        "Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
+        "e.g. a forward and backward on a batch of each size before the loop)"
+    )
     if G.SHAPE in kinds:
-        fix += ("; or mark the changing dim dynamic (torch._dynamo.mark_dynamic(x, dim)), or bucket sizes to a few "
-                "values; a short last batch of an epoch can be dropped with DataLoader(drop_last=True).")
+        fix += (
+            "; or mark the changing dim dynamic (torch._dynamo.mark_dynamic(x, dim)), or bucket sizes to a few "
+            "values; a short last batch of an epoch can be dropped with DataLoader(drop_last=True)."
+        )
     else:
         fix += "; remove the recompile causes named in the evidence."
     n = len(late)
-    return [Finding(
-        id="late-compiles", rule="late-compiles", severity="warning",
-        title=(f"{n} compile{'s' if n != 1 else ''} in steady state (after step {k} of {len(series)}), "
-               f"the first at step {first_step} ({first.title if first else '?'})"),
-        file=first.loc.file if first else None, line=first.loc.line if first else None,
-        detail=(f"Each compile stalls the loop for its full compile time ({sum(c.time_s for c in late):.2f} s in "
-                "all here), long after warm-up should have ended."),
-        evidence=evidence, fix=fix, rank=RANK_LATE + n,
-    )]
+    return [
+        Finding(
+            id="late-compiles",
+            rule="late-compiles",
+            severity="warning",
+            title=(
+                f"{n} compile{'s' if n != 1 else ''} in steady state (after step {k} of {len(series)}), "
+                f"the first at step {first_step} ({first.title if first else '?'})"
+            ),
+            file=first.loc.file if first else None,
+            line=first.loc.line if first else None,
+            detail=(
+                f"Each compile stalls the loop for its full compile time ({sum(c.time_s for c in late):.2f} s in "
+                "all here), long after warm-up should have ended."
+            ),
+            evidence=evidence,
+            fix=fix,
+            rank=RANK_LATE + n,
+        )
+    ]
 
 
 def rule_spikes(s: Session) -> list[Finding]:
@@ -147,49 +171,72 @@ def rule_spikes(s: Session) -> list[Finding]:
             if inside and (where is None or (k > 3 and not after_where)):
                 where, after_where = inside[0], k > 3
         frame = s.compile.frames.get(where.frame_id) if where is not None else None
-        out.append(Finding(
-            id="spikes:compile", rule="step-spikes",
-            severity="warning" if after_warmup else "info",
-            title=f"{len(by_compile)} slow step(s) paid for a compile (p50 {p50:.1f} ms)",
-            file=frame.loc.file if frame else None, line=frame.loc.line if frame else None,
-            detail=("Compiles inside the step loop show up as slow steps; after warm-up each one is a recompile "
-                    "that a stable input (or a warm-up before the loop) would have avoided." if after_warmup else
-                    "Only the first steps paid for compiles: that is warm-up."),
-            evidence=evidence,
-            fix=("Remove the recompile causes of those steps (the compiles named above, and the recompile findings); "
-                 "warm up every input shape before the loop, and before measuring."),
-            rank=RANK_SPIKES + len(by_compile) if after_warmup else len(by_compile),
-        ))
+        out.append(
+            Finding(
+                id="spikes:compile",
+                rule="step-spikes",
+                severity="warning" if after_warmup else "info",
+                title=f"{len(by_compile)} slow step(s) paid for a compile (p50 {p50:.1f} ms)",
+                file=frame.loc.file if frame else None,
+                line=frame.loc.line if frame else None,
+                detail=(
+                    "Compiles inside the step loop show up as slow steps; after warm-up each one is a recompile "
+                    "that a stable input (or a warm-up before the loop) would have avoided."
+                    if after_warmup
+                    else "Only the first steps paid for compiles: that is warm-up."
+                ),
+                evidence=evidence,
+                fix=(
+                    "Remove the recompile causes of those steps (the compiles named above, and the recompile findings); "
+                    "warm up every input shape before the loop, and before measuring."
+                ),
+                rank=RANK_SPIKES + len(by_compile) if after_warmup else len(by_compile),
+            )
+        )
     if other:
-        out.append(Finding(
-            id="spikes:other", rule="step-spikes", severity="info",
-            title=f"{len(other)} slow step(s) not explained by compiles (p50 {p50:.1f} ms)",
-            detail="Likely data loading stalls, garbage collection, checkpointing, logging or host synchronisation.",
-            evidence=[f"step {k}: {v:.1f} ms" for k, v in sorted(other, key=lambda x: -x[1])[:8]],
-            fix=("Check the data pipeline (DataLoader num_workers, pin_memory, persistent_workers), periodic work "
-                 "(checkpoints, evaluation, logging that calls .item()), and gc (gc.freeze() after set-up)."),
-            rank=len(other) / 10,
-        ))
+        out.append(
+            Finding(
+                id="spikes:other",
+                rule="step-spikes",
+                severity="info",
+                title=f"{len(other)} slow step(s) not explained by compiles (p50 {p50:.1f} ms)",
+                detail="Likely data loading stalls, garbage collection, checkpointing, logging or host synchronisation.",
+                evidence=[f"step {k}: {v:.1f} ms" for k, v in sorted(other, key=lambda x: -x[1])[:8]],
+                fix=(
+                    "Check the data pipeline (DataLoader num_workers, pin_memory, persistent_workers), periodic work "
+                    "(checkpoints, evaluation, logging that calls .item()), and gc (gc.freeze() after set-up)."
+                ),
+                rank=len(other) / 10,
+            )
+        )
     return out
 
 
 def _cudagraph_fix(reason: str) -> str:
     low = reason.lower()
     if "cpu device" in low:
-        return ("A CPU tensor or CPU op is part of the graph (named in the reason): create it on the GPU "
-                "(e.g. torch.arange(n, device=x.device)) or move it there before the compiled call, so the whole "
-                "graph can be captured.")
+        return (
+            "A CPU tensor or CPU op is part of the graph (named in the reason): create it on the GPU "
+            "(e.g. torch.arange(n, device=x.device)) or move it there before the compiled call, so the whole "
+            "graph can be captured."
+        )
     if "multiple devices" in low:
         return "The graph uses several devices: keep each compiled region on one GPU."
     if "mutated inputs" in low or "input storage mutation" in low:
-        return ("The graph mutates one of its inputs in place: avoid in-place updates of inputs inside the compiled "
-                "function (return the new value instead), or make the mutated tensor a module buffer/parameter.")
+        return (
+            "The graph mutates one of its inputs in place: avoid in-place updates of inputs inside the compiled "
+            "function (return the new value instead), or make the mutated tensor a module buffer/parameter."
+        )
     if "symbolic shape" in low or "dynamic" in low:
-        return ("Dynamic shapes defeat CUDA graphs (cudagraph_skip_dynamic_graphs): keep shapes static (pad/bucket, "
-                "dynamic=False) so each size gets its own captured graph.")
+        return (
+            "Dynamic shapes defeat CUDA graphs (cudagraph_skip_dynamic_graphs): keep shapes static (pad/bucket, "
+            "dynamic=False) so each size gets its own captured graph."
+        )
     if "incompatible op" in low:
-        return ("An op that cannot be captured (often a CPU sync such as .item() or a data-dependent shape) is in the "
-                "graph: move it outside the compiled region, or keep the value a tensor.")
+        return (
+            "An op that cannot be captured (often a CPU sync such as .item() or a data-dependent shape) is in the "
+            "graph: move it outside the compiled region, or keep the value a tensor."
+        )
     if "non-tensor inputs" in low:
         return "The graph takes non-tensor inputs: pass tensors (or constants baked into the graph) only."
     if "caching allocator" in low:
@@ -209,13 +256,20 @@ def rule_cudagraphs(s: Session) -> list[Finding]:
         short = _short_reason(reason)
         frames = list(_FOUND_FROM.finditer(reason))
         m = frames[-1] if frames else None  # the innermost frame of the stack trace PyTorch attached
-        out.append(Finding(
-            id=f"cudagraphs-skipped:{short[:60]}", rule="cudagraphs", severity="warning",
-            title=f"CUDA graphs skipped {n}×: {short[:120]}",
-            file=m.group("file") if m else None, line=int(m.group("line")) if m else None,
-            detail="mode='reduce-overhead' only helps graphs it can capture; these run without CUDA graphs.",
-            evidence=[reason[:500]], fix=_cudagraph_fix(reason), rank=RANK_SPIKES + n,
-        ))
+        out.append(
+            Finding(
+                id=f"cudagraphs-skipped:{short[:60]}",
+                rule="cudagraphs",
+                severity="warning",
+                title=f"CUDA graphs skipped {n}×: {short[:120]}",
+                file=m.group("file") if m else None,
+                line=int(m.group("line")) if m else None,
+                detail="mode='reduce-overhead' only helps graphs it can capture; these run without CUDA graphs.",
+                evidence=[reason[:500]],
+                fix=_cudagraph_fix(reason),
+                rank=RANK_SPIKES + n,
+            )
+        )
     return out
 
 
@@ -264,19 +318,29 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
     if mean >= IDLE_UTIL:
         return []
     st = series.stats(window=10_000)
-    return [Finding(
-        id="gpu-idle", rule="gpu-idle", severity="warning",
-        title=f"The GPU was mostly idle while steps ran (utilisation {mean:.0f}% on average)",
-        detail=("The loop is input-bound or host-bound: the GPU waits for data, for Python between kernels, or for "
-                "synchronisations."),
-        evidence=[f"{len(utils)} samples during the step loop; utilisation min {min(utils):.0f}%, max {max(utils):.0f}%"
-                  + (f" ({skipped} samples during compiles left out)" if skipped else ""),
-                  f"step p50 {st.p50_ms or 0:.2f} ms over {len(series)} steps"],
-        fix=("Feed it faster: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) and "
-             ".to(device, non_blocking=True); remove .item()/print of tensors from the loop; if kernel launches "
-             "dominate small steps, try mode='reduce-overhead' (CUDA graphs) or a larger batch."),
-        rank=RANK_GPU + (100 - mean) / 10,
-    )]
+    return [
+        Finding(
+            id="gpu-idle",
+            rule="gpu-idle",
+            severity="warning",
+            title=f"The GPU was mostly idle while steps ran (utilisation {mean:.0f}% on average)",
+            detail=(
+                "The loop is input-bound or host-bound: the GPU waits for data, for Python between kernels, or for "
+                "synchronisations."
+            ),
+            evidence=[
+                f"{len(utils)} samples during the step loop; utilisation min {min(utils):.0f}%, max {max(utils):.0f}%"
+                + (f" ({skipped} samples during compiles left out)" if skipped else ""),
+                f"step p50 {st.p50_ms or 0:.2f} ms over {len(series)} steps",
+            ],
+            fix=(
+                "Feed it faster: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) and "
+                ".to(device, non_blocking=True); remove .item()/print of tensors from the loop; if kernel launches "
+                "dominate small steps, try mode='reduce-overhead' (CUDA graphs) or a larger batch."
+            ),
+            rank=RANK_GPU + (100 - mean) / 10,
+        )
+    ]
 
 
 RULES = (rule_compile_cost, rule_late_compiles, rule_spikes, rule_cudagraphs, rule_idle_gpu)

@@ -78,7 +78,7 @@ def last_exception(lines: list[OutputLine]) -> Exc | None:
     if start is None:
         return None
     frames: list[TraceFrame] = []
-    for text in err[start + 1:]:
+    for text in err[start + 1 :]:
         m = _FILE.match(text)
         if m:
             frames.append(TraceFrame(m.group("file"), int(m.group("line")), m.group("fn").strip()))
@@ -101,12 +101,17 @@ def rule_job_failed(s: Session) -> list[Finding]:
     exc = last_exception(list(s.output.lines))
     how = f"exited with code {ex.code}" if ex.code is not None else f"was killed by {ex.signal}"
     if ex.signal in _INTERRUPT_SIGNALS or (exc is not None and exc.line.startswith("KeyboardInterrupt")):
-        return [Finding(
-            id="job-failed:interrupted", rule="job-failed", severity="info",
-            title=f"The job was interrupted {when}" + (f" ({ex.signal})" if ex.signal else ""),
-            detail=f"It {how}; the findings cover the run up to the interruption.",
-            evidence=[exc.line] if exc else [], fix="Nothing to fix if the interruption was intended.",
-        )]
+        return [
+            Finding(
+                id="job-failed:interrupted",
+                rule="job-failed",
+                severity="info",
+                title=f"The job was interrupted {when}" + (f" ({ex.signal})" if ex.signal else ""),
+                detail=f"It {how}; the findings cover the run up to the interruption.",
+                evidence=[exc.line] if exc else [],
+                fix="Nothing to fix if the interruption was intended.",
+            )
+        ]
     if exc is not None:
         top, user = exc.raised_at, exc.user_frame
         where = user or top
@@ -115,41 +120,63 @@ def rule_job_failed(s: Session) -> list[Finding]:
             detail += f" The exception was raised at {top.file}:{top.line} in {top.fn}"
             detail += f", called from {user.file}:{user.line}." if user is not None and user is not top else "."
         compiler = any(m in exc.line for m in _COMPILER_ERRORS)
-        fix = ("Fix the error the traceback names; the other findings describe the run up to it. The full traceback "
-               "is in the recording's output (ctmon replay, Output pane).")
+        fix = (
+            "Fix the error the traceback names; the other findings describe the run up to it. The full traceback "
+            "is in the recording's output (ctmon replay, Output pane)."
+        )
         if compiler:
-            fix = ("torch.compile raised it: rerun with TORCH_LOGS=\"+dynamo\" (or TORCH_TRACE and tlparse) to see the "
-                   "failing graph; torch._dynamo.config.suppress_errors = True makes the failing frame run eager "
-                   "instead of stopping the job, and torch.compiler.disable on the offending function keeps it out "
-                   "of the graph.")
-        return [Finding(
-            id="job-failed:exception", rule="job-failed", severity="critical",
-            title=f"The job failed: {_cut(exc.line, 200)}",
-            file=where.file if where else None, line=where.line if where else None,
-            detail=detail,
-            evidence=[f.text() for f in exc.frames[-6:]] + [_cut(exc.line, 500)],
-            fix=fix, rank=RANK_LIMIT + 100,
-        )]
-    last = next((x.text.strip() for x in reversed(list(s.output.lines)) if x.stream == "stderr" and x.text.strip()),
-                None)
+            fix = (
+                'torch.compile raised it: rerun with TORCH_LOGS="+dynamo" (or TORCH_TRACE and tlparse) to see the '
+                "failing graph; torch._dynamo.config.suppress_errors = True makes the failing frame run eager "
+                "instead of stopping the job, and torch.compiler.disable on the offending function keeps it out "
+                "of the graph."
+            )
+        return [
+            Finding(
+                id="job-failed:exception",
+                rule="job-failed",
+                severity="critical",
+                title=f"The job failed: {_cut(exc.line, 200)}",
+                file=where.file if where else None,
+                line=where.line if where else None,
+                detail=detail,
+                evidence=[f.text() for f in exc.frames[-6:]] + [_cut(exc.line, 500)],
+                fix=fix,
+                rank=RANK_LIMIT + 100,
+            )
+        ]
+    last = next(
+        (x.text.strip() for x in reversed(list(s.output.lines)) if x.stream == "stderr" and x.text.strip()), None
+    )
     if ex.signal:
         why = _SIGNALS.get(ex.signal, "sent by another process or the system")
-        return [Finding(
-            id=f"job-failed:{ex.signal}", rule="job-failed", severity="critical",
-            title=f"The job was killed by {ex.signal} {when}",
-            detail=f"{ex.signal} is {why}.",
+        return [
+            Finding(
+                id=f"job-failed:{ex.signal}",
+                rule="job-failed",
+                severity="critical",
+                title=f"The job was killed by {ex.signal} {when}",
+                detail=f"{ex.signal} is {why}.",
+                evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
+                fix=(
+                    "If memory ran out, the samples show it: lower the batch size, or free memory between steps; check "
+                    "the system log (dmesg) or the scheduler's log for who sent the signal."
+                ),
+                rank=RANK_LIMIT + 100,
+            )
+        ]
+    return [
+        Finding(
+            id="job-failed:exit-code",
+            rule="job-failed",
+            severity="warning",
+            title=f"The job exited with code {ex.code} {when}",
+            detail="It printed no traceback: the script (or a library) chose this exit status.",
             evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
-            fix=("If memory ran out, the samples show it: lower the batch size, or free memory between steps; check "
-                 "the system log (dmesg) or the scheduler's log for who sent the signal."),
-            rank=RANK_LIMIT + 100,
-        )]
-    return [Finding(
-        id="job-failed:exit-code", rule="job-failed", severity="warning",
-        title=f"The job exited with code {ex.code} {when}",
-        detail="It printed no traceback: the script (or a library) chose this exit status.",
-        evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
-        fix="See the job's output for why it stopped.", rank=RANK_RECOMPILES,
-    )]
+            fix="See the job's output for why it stopped.",
+            rank=RANK_RECOMPILES,
+        )
+    ]
 
 
 def all_empty(s: Session) -> bool:
@@ -172,22 +199,33 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
     evidence = []
     for f in frames[:8]:
         why = next((r for c in f.compiles for r in c.restarts), None)
-        evidence.append(f"{f.title} at {f.loc.text()}: {len(f.compiles)} compile(s), 0 ops"
-                        + (f" (restarted after: {_cut(why.splitlines()[0], 160)})" if why else ""))
-    return [Finding(
-        id="empty-graphs", rule="empty-graphs", severity="warning",
-        title=title,
-        file=frames[0].loc.file if frames else None, line=frames[0].loc.line if frames else None,
-        detail=(f"Dynamo compiled {n} frame{'s' if n != 1 else ''} ({cost:.2f} s) but no graph holds a tensor "
+        evidence.append(
+            f"{f.title} at {f.loc.text()}: {len(f.compiles)} compile(s), 0 ops"
+            + (f" (restarted after: {_cut(why.splitlines()[0], 160)})" if why else "")
+        )
+    return [
+        Finding(
+            id="empty-graphs",
+            rule="empty-graphs",
+            severity="warning",
+            title=title,
+            file=frames[0].loc.file if frames else None,
+            line=frames[0].loc.line if frames else None,
+            detail=(
+                f"Dynamo compiled {n} frame{'s' if n != 1 else ''} ({cost:.2f} s) but no graph holds a tensor "
                 "operation, so every call runs the original Python: there is no speed-up to expect."
-                + (f" {breaks} graph break(s) split the code before any operation was captured." if breaks else "")),
-        evidence=evidence,
-        fix=("See the graph breaks: a break at the top of the function leaves nothing to capture. Check that the "
-             "tensor work is inside what you compiled (not in a function marked torch.compiler.disable, NumPy code, "
-             "or a method of the original module — torch.compile(model) compiles model.forward only, so "
-             "model.generate() or model.other() run uncompiled)."),
-        rank=RANK_RECOMPILES - 60,
-    )]
+                + (f" {breaks} graph break(s) split the code before any operation was captured." if breaks else "")
+            ),
+            evidence=evidence,
+            fix=(
+                "See the graph breaks: a break at the top of the function leaves nothing to capture. Check that the "
+                "tensor work is inside what you compiled (not in a function marked torch.compiler.disable, NumPy code, "
+                "or a method of the original module — torch.compile(model) compiles model.forward only, so "
+                "model.generate() or model.other() run uncompiled)."
+            ),
+            rank=RANK_RECOMPILES - 60,
+        )
+    ]
 
 
 def _cut(text: str, n: int) -> str:

@@ -70,8 +70,9 @@ class AlertsPanel(Panel):
         ctx = self.ctx
         out = [finding_text(f, ctx) for f in live_findings(ctx)[:limit]]
         if len(out) < limit:
-            out += [alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit))
-                    if e.kind in ("exit", "note", "error")][: limit - len(out)]
+            out += [
+                alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit)) if e.kind in ("exit", "note", "error")
+            ][: limit - len(out)]
         return out
 
     def set_title(self) -> None:

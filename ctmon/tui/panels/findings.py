@@ -59,8 +59,12 @@ def live_findings(ctx: ViewContext) -> list[Any]:
 def finding_text(f: Any, ctx: ViewContext) -> Text:
     sev = "CRIT" if f.severity == "critical" else "warn"
     where = f" {fmt.short_path(f.file, ctx.cwd, True)}:{f.line}" if f.file else ""
-    return Text.assemble((f"{sev}", "bold red" if sev == "CRIT" else "bold yellow"), (where, "cyan"), " ",
-                         fmt.first_line(localize(f.title, ctx.cwd)))
+    return Text.assemble(
+        (f"{sev}", "bold red" if sev == "CRIT" else "bold yellow"),
+        (where, "cyan"),
+        " ",
+        fmt.first_line(localize(f.title, ctx.cwd)),
+    )
 
 
 def findings_body(ctx: ViewContext) -> Text:
@@ -78,8 +82,10 @@ def findings_body(ctx: ViewContext) -> Text:
         if f.detail:
             out.append(textwrap.indent(textwrap.fill(f.detail, 100), "  ") + "\n")
         for e in f.evidence[:10]:
-            out.append(textwrap.indent(textwrap.fill(localize(e, ctx.cwd), 100, subsequent_indent="    "), "  - ") + "\n",
-                       "dim")
+            out.append(
+                textwrap.indent(textwrap.fill(localize(e, ctx.cwd), 100, subsequent_indent="    "), "  - ") + "\n",
+                "dim",
+            )
         if f.fix:
             out.append("  fix: ", "bold green")
             out.append(textwrap.fill(f.fix, 100, subsequent_indent="       ")[0:] + "\n")

@@ -25,17 +25,19 @@ class GpuPanel(Panel):
         gpus = latest_gpus(self.ctx.session) or []
         rows = []
         for g in gpus:
-            rows.append({
-                "index": g.get("index"),
-                "name": g.get("name"),
-                "util": num(g.get("util")),
-                "mem_used": num(g.get("mem_used")),
-                "mem_total": num(g.get("mem_total")),
-                "power_w": num(g.get("power_w")),
-                "power_limit_w": num(g.get("power_limit_w")),
-                "temp_c": num(g.get("temp_c")),
-                "proc_mem": num(g.get("proc_mem")),
-            })
+            rows.append(
+                {
+                    "index": g.get("index"),
+                    "name": g.get("name"),
+                    "util": num(g.get("util")),
+                    "mem_used": num(g.get("mem_used")),
+                    "mem_total": num(g.get("mem_total")),
+                    "power_w": num(g.get("power_w")),
+                    "power_limit_w": num(g.get("power_limit_w")),
+                    "temp_c": num(g.get("temp_c")),
+                    "proc_mem": num(g.get("proc_mem")),
+                }
+            )
         return rows
 
     def render_text(self) -> Text:
@@ -64,6 +66,7 @@ class GpuPanel(Panel):
 
     def _gpu_table(self, rows: list[dict[str, Any]], w: int, h: int) -> Text:
         """More GPUs than lines: one line per quantity, one column per GPU."""
+
         def col(v: float | None, digits: int = 0) -> str:
             return f"{v:>3.{digits}f}" if v is not None else "N/A"
 
@@ -80,7 +83,9 @@ class GpuPanel(Panel):
         if h >= 3:
             power = sum(g["power_w"] or 0.0 for g in rows)
             temps = [g["temp_c"] for g in rows if g["temp_c"] is not None]
-            lines.append(Text(f"{power / 1000:.1f} kW · max {max(temps):.0f}°C" if temps else f"{power:.0f} W", style="dim"))
+            lines.append(
+                Text(f"{power / 1000:.1f} kW · max {max(temps):.0f}°C" if temps else f"{power:.0f} W", style="dim")
+            )
         return Text("\n").join(lines[:h])
 
     def _gpu_lines(self, g: dict[str, Any], per: int, w: int, history: list[dict[str, Any]]) -> list[Text]:
@@ -100,7 +105,9 @@ class GpuPanel(Panel):
             return Text(fmt.sparkline(vals, 100.0) if vals else "", style="green")
 
         if per == 1:
-            line = Text.assemble((f"{idx} ", "bold"), util_t, f" {fmt.gib(used, 0)}/{fmt.gib(total, 0)}G {power}W {temp}")
+            line = Text.assemble(
+                (f"{idx} ", "bold"), util_t, f" {fmt.gib(used, 0)}/{fmt.gib(total, 0)}G {power}W {temp}"
+            )
             if line.cell_len + 3 <= w:
                 line.append(" ")
                 line.append_text(spark(w - line.cell_len))
@@ -115,7 +122,9 @@ class GpuPanel(Panel):
         l2 = Text.assemble("  util ", util_t, " ")
         l2.append_text(spark(w - l2.cell_len))
         mem_pct = used / total if isinstance(used, float) and isinstance(total, float) and total > 0 else None
-        l3 = Text.assemble("  mem  ", (f"{mem_pct * 100:3.0f}%" if mem_pct is not None else " N/A", "bold"), f" {mem}  ", (job, "dim"))
+        l3 = Text.assemble(
+            "  mem  ", (f"{mem_pct * 100:3.0f}%" if mem_pct is not None else " N/A", "bold"), f" {mem}  ", (job, "dim")
+        )
         return [head, l2, l3]
 
 

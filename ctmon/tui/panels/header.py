@@ -67,8 +67,17 @@ class HeaderBar(Panel):
         r = ctx.replay
         rkey = (r.position, r.total, r.playing, r.speed, r.loading) if r else None
         steps = ctx.session.steps.count if (el is None or ctx.session.exit is not None or not ctx.live) else None
-        return (*super().update_key(), int(el) if el is not None else None, ctx.paused, ctx.status,
-                ctx.feed_done, rkey, ctx.gpu_error, self.ctx.title, steps)
+        return (
+            *super().update_key(),
+            int(el) if el is not None else None,
+            ctx.paused,
+            ctx.status,
+            ctx.feed_done,
+            rkey,
+            ctx.gpu_error,
+            self.ctx.title,
+            steps,
+        )
 
     def render_text(self) -> Text:
         ctx = self.ctx

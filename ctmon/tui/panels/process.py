@@ -33,7 +33,9 @@ class ProcessPanel(Panel):
         hist = [num(ev.get("cpu_percent")) for ev in recent_samples(s, max(4, min(30, w - 22)))]
         top = max(100.0, max((v for v in hist if v is not None), default=100.0))
         of = f" of {cpus}" if isinstance(cpus, int) else ""
-        l1 = Text.assemble("CPU ", (f"{cpu:.0f}%" if cpu is not None else "N/A", "bold"), f"{of} ", (fmt.sparkline(hist, top), "cyan"))
+        l1 = Text.assemble(
+            "CPU ", (f"{cpu:.0f}%" if cpu is not None else "N/A", "bold"), f"{of} ", (fmt.sparkline(hist, top), "cyan")
+        )
         rss, tree = latest.get("rss"), latest.get("tree_rss")
         threads, procs = latest.get("threads"), latest.get("procs")
         tree_t = f" (tree {fmt.size(tree)})" if isinstance(tree, int) and isinstance(rss, int) and tree > rss else ""
@@ -46,7 +48,11 @@ class ProcessPanel(Panel):
         if h >= 3:
             if tree_t and l2.cell_len + len(tree_t) <= w:
                 l2.append(tree_t, style="dim")
-            used, total, sys_cpu = latest.get("sys_mem_used"), latest.get("sys_mem_total"), num(latest.get("sys_cpu_percent"))
+            used, total, sys_cpu = (
+                latest.get("sys_mem_used"),
+                latest.get("sys_mem_total"),
+                num(latest.get("sys_cpu_percent")),
+            )
             if isinstance(used, int) and isinstance(total, int):
                 sc = f"{sys_cpu:.0f}% CPU · " if sys_cpu is not None else ""
                 lines.append(Text(f"host {sc}{fmt.gib(used)}/{fmt.gib(total)} GiB", style="dim"))

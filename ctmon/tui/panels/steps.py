@@ -23,8 +23,7 @@ class StepsPanel(Panel):
     def stats(self) -> Any:
         """The window's statistics, computed once per change of the steps."""
         series = self.ctx.session.steps.current
-        key = (id(series), len(series) if series is not None else 0,
-               series.device_windows if series is not None else 0)
+        key = (id(series), len(series) if series is not None else 0, series.device_windows if series is not None else 0)
         if self._stats[0] != key:
             self._stats = (key, series.stats(window=STATS_WINDOW) if series is not None else None)
         return self._stats[1]
@@ -45,7 +44,9 @@ class StepsPanel(Panel):
         series = s.steps.current
         if series is None or len(series) < 2:
             msg = "waiting for steps" if series is None else "1 step so far"
-            return Text.assemble((msg, "dim italic"), ("\n(optimizer.step(), a compiled model's calls, or ctmon.step())", "dim"))
+            return Text.assemble(
+                (msg, "dim italic"), ("\n(optimizer.step(), a compiled model's calls, or ctmon.step())", "dim")
+            )
         n = len(series)
         label_w = 9 if w >= 40 else 0
         chart_w = max(1, w - label_w)
@@ -78,7 +79,10 @@ class StepsPanel(Panel):
                 line.append(f" {label:>{label_w - 1}}", "dim")
             out.append_text(line)
             out.append("\n")
-        marks = "".join("!" if k in marked else ("^" if v == v and v > top * 1.0001 else " ") for k, v in zip(ks, vals, strict=False))
+        marks = "".join(
+            "!" if k in marked else ("^" if v == v and v > top * 1.0001 else " ")
+            for k, v in zip(ks, vals, strict=False)
+        )
         out.append(marks.rstrip() or " ", style="bold magenta")
         out.append("\n")
         st = self.stats()
