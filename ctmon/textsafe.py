@@ -141,7 +141,7 @@ def clean_event(event: dict[str, Any]) -> dict[str, Any]:
         return event
     if not _dirty(event, 0):
         return event
-    return clean_tree(event)  # type: ignore[no-any-return]
+    return clean_tree(event)
 
 
 def _dirty(value: Any, depth: int) -> bool:

@@ -21,6 +21,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from ctmon import protocol
@@ -285,7 +286,7 @@ def attribute_module() -> dict[str, Any] | None:
     if nn is None:
         return None
     target = nn.Module._wrapped_call_impl.__code__
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     depth = 0
     while f is not None and depth < 80:
         if f.f_code is target:

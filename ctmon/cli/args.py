@@ -28,6 +28,19 @@ class Parsed:
     spec: JobSpec | None = None
     help: bool = False
 
+    def text(self, dest: str) -> str | None:
+        """An option that takes one value (None when not given)."""
+        v = self.values.get(dest)
+        return v if isinstance(v, str) else None
+
+    def texts(self, dest: str) -> list[str]:
+        """A repeatable option's values, in order."""
+        v = self.values.get(dest)
+        return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+    def flag(self, dest: str) -> bool:
+        return self.values.get(dest) is True
+
 
 def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parsed:
     by_name = {n: o for o in options for n in o.names}
@@ -68,7 +81,7 @@ def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parse
                 else:
                     raise UsageError(f"{prog}: {key} needs a value")
                 if opt.repeat:
-                    out.values[opt.dest].append(val)  # type: ignore[union-attr]
+                    out.values[opt.dest] = [*out.texts(opt.dest), val]
                 else:
                     out.values[opt.dest] = val
             else:

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.cli.record import run_headless
-from ctmon.launch.spec import check_not_target, check_writable
+from ctmon.launch.spec import JobSpec, check_not_target, check_writable
+
+if TYPE_CHECKING:
+    from ctmon.tui.app import AppResult
 
 OPTIONS = [
     OptionSpec(("-o", "--output"), "output", True, help="keep the recording in FILE", metavar="FILE"),
@@ -38,11 +42,11 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
     assert parsed.spec is not None
-    output = parsed.values.get("output")
-    grace = stop_grace(parsed.values.get("stop_grace"))  # type: ignore[arg-type]
-    if parsed.values.get("no_tui") or not _interactive():
-        return run_headless(parsed.spec, output)  # type: ignore[arg-type]
-    return run_tui(parsed.spec, output, grace)  # type: ignore[arg-type]
+    output = parsed.text("output")
+    grace = stop_grace(parsed.text("stop_grace"))
+    if parsed.flag("no_tui") or not _interactive():
+        return run_headless(parsed.spec, output)
+    return run_tui(parsed.spec, output, grace)
 
 
 def stop_grace(value: str | None) -> float:
@@ -72,7 +76,7 @@ def _interactive() -> bool:
         return False
 
 
-def run_tui(spec, output: str | None, grace: float | None = None) -> int:  # type: ignore[no-untyped-def]
+def run_tui(spec: JobSpec, output: str | None, grace: float | None = None) -> int:
     from ctmon.feeds import FeedError, SocketFeed
     from ctmon.launch.daemon import DaemonError, start_detached
 
@@ -106,7 +110,7 @@ def run_tui(spec, output: str | None, grace: float | None = None) -> int:  # typ
     return report_after(result, d.recording)
 
 
-def report_after(result, recording: str) -> int:  # type: ignore[no-untyped-def]
+def report_after(result: AppResult | None, recording: str) -> int:
     """What the terminal shows once the TUI has given it back."""
     from ctmon.report.build import build_report
     from ctmon.report.text import summary_lines

@@ -11,7 +11,7 @@ from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
 from ctmon.launch.job import exit_like
 from ctmon.launch.sockets import parse_listen
-from ctmon.launch.spec import UsageError, check_not_target, check_writable
+from ctmon.launch.spec import JobSpec, UsageError, check_not_target, check_writable
 from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
 from ctmon.report import gate
 from ctmon.report.build import build_report
@@ -52,12 +52,12 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
     assert parsed.spec is not None
-    budgets = parse_budgets(parsed.values.get("fail_on") or [])  # type: ignore[arg-type]
-    listen = check_listen(parsed.values.get("listen"))  # type: ignore[arg-type]
+    budgets = parse_budgets(parsed.texts("fail_on"))
+    listen = check_listen(parsed.text("listen"))
     return run_headless(
         parsed.spec,
-        parsed.values.get("output"),
-        quiet=bool(parsed.values.get("quiet")),  # type: ignore[arg-type]
+        parsed.text("output"),
+        quiet=parsed.flag("quiet"),
         budgets=budgets,
         listen=listen,
     )
@@ -81,10 +81,10 @@ def parse_budgets(exprs: list[str]) -> list[gate.Budget]:
 
 
 def run_headless(
-    spec,
+    spec: JobSpec,
     output: str | None,
     quiet: bool = False,
-    budgets: list[gate.Budget] | None = None,  # type: ignore[no-untyped-def]
+    budgets: list[gate.Budget] | None = None,
     listen: str | None = None,
 ) -> int:
     if output:

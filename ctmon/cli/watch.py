@@ -20,10 +20,14 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.launch import runtime
 from ctmon.textsafe import clean
+
+if TYPE_CHECKING:
+    from ctmon.feeds import Feed
 
 HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
@@ -106,6 +110,12 @@ def _age(start: object) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+def _command_text(info: dict[str, object]) -> str:
+    """A registry entry's command as one line (the entry is JSON a job's supervisor wrote)."""
+    cmd = info.get("command")
+    return " ".join(str(c) for c in cmd) if isinstance(cmd, list) else ""
+
+
 def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     if as_json:
         keep = (
@@ -133,10 +143,9 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     print(f"{'#':>2}  {'PID':>7}  {'STARTED':>8}  {'STATE':<9}  {'STEPS':>8}  {'COMPILES':>8}  COMMAND")
     for i, s in enumerate(sessions, 1):
         # a job's command is its user's text (a script's name can hold escapes)
-        cmd = clean(" ".join(str(c) for c in s.get("command") or []), tab=" ")  # type: ignore[union-attr]
-        started = (
-            time.strftime("%H:%M:%S", time.localtime(s["start"])) if isinstance(s.get("start"), (int, float)) else "?"
-        )
+        cmd = clean(_command_text(s), tab=" ")
+        start = s.get("start")
+        started = time.strftime("%H:%M:%S", time.localtime(start)) if isinstance(start, (int, float)) else "?"
         print(
             f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
             f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)"
@@ -154,7 +163,7 @@ def _watch(info: dict[str, object]) -> int:
     return _run(
         feed,
         str(info.get("recording") or ""),
-        " ".join(str(c) for c in info.get("command") or []),  # type: ignore[union-attr]
+        _command_text(info),
         info.get("job_pid"),
     )
 
@@ -207,7 +216,7 @@ def read_token_file(path: str) -> str:
     return token
 
 
-def _run(feed, recording: str, title: str, pid: object) -> int:  # type: ignore[no-untyped-def]
+def _run(feed: Feed, recording: str, title: str, pid: object) -> int:
     if not _interactive():
         raise CliError("watch: needs a terminal (run it with ssh -t when remote)")
     from ctmon.cli.tui import run_app

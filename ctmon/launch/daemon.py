@@ -100,7 +100,7 @@ def main() -> None:
         session_id=cfg["session_id"],
         mode="attach",
         output_log=cfg["output_log"],
-        pty_size=tuple(cfg.get("pty_size") or (40, 120)),  # type: ignore[arg-type]
+        pty_size=tuple(cfg.get("pty_size") or (40, 120)),
         new_files=bool(cfg.get("new_files")),
     )
     try:

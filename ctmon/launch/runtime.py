@@ -176,7 +176,7 @@ def list_sessions(clean: bool = True) -> list[dict[str, object]]:
         info["session_dir"] = d
         info["viewer_socket"] = os.path.join(d, "viewer.sock")
         out.append(info)
-    out.sort(key=lambda i: -(i.get("start") or 0))  # type: ignore[operator]
+    out.sort(key=lambda i: -(i.get("start") or 0))
     return out
 
 

@@ -19,7 +19,7 @@ class GpuSampler:
         self._handles: list[Any] = []
         self.names: list[str] = []
         try:
-            import pynvml  # type: ignore[import-untyped]
+            import pynvml
         except Exception as e:  # ImportError, or a broken install
             self.error = f"pynvml not available ({type(e).__name__})"
             return

@@ -12,6 +12,7 @@ class ProcessSampler:
         self._psutil = psutil
         self._pid = pid
         self._procs: dict[int, Any] = {}
+        self._root: psutil.Process | None
         try:
             self._root = psutil.Process(pid)
             self._root.cpu_percent(None)  # prime: the first call returns 0.0

@@ -8,7 +8,7 @@ from rich.console import Console
 from textual.app import App
 
 
-def screen_text(app: App) -> str:  # type: ignore[type-arg]
+def screen_text(app: App) -> str:
     width, height = app.size
     console = Console(
         width=width,

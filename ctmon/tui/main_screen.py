@@ -265,12 +265,10 @@ class MainScreen(Screen[None]):
             pane.set_filter("")
 
     def action_cycle_kinds(self) -> None:
-        pane = self.pane("events")
-        if not self.compact or self.current_pane == "events":
-            name = pane.cycle_kinds()
-        else:
+        pane = self.query_one("#events", EventsPane)
+        if self.compact and self.current_pane != "events":
             self.set_current("events")
-            name = pane.cycle_kinds()
+        name = pane.cycle_kinds()
         self.notify(f"events: {name}", timeout=1.5)
 
     def on_line_list_selected(self, event: LineList.Selected) -> None:

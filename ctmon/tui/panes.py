@@ -365,9 +365,9 @@ class EventsPane(Pane):
             for rec in c.compiles[self._indexed :]:
                 self._index[rec.compile_id] = rec
             self._indexed = len(c.compiles)
-        rec = self._index.get(str(compile_id))
-        frame = c.frames.get(rec.frame_id) if rec is not None else None
-        return (frame, rec) if frame is not None and rec is not None else None
+        found = self._index.get(str(compile_id))
+        frame = c.frames.get(found.frame_id) if found is not None else None
+        return (frame, found) if frame is not None and found is not None else None
 
     def _text(self, e: LogEntry, narrow: bool) -> str:
         """Recompiles lead with their reason: it is what the reader is after."""
