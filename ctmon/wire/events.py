@@ -1,0 +1,338 @@
+"""Every event kind, typed: the one definition of what travels and is recorded.
+
+Each kind is a ``msgspec.Struct`` tagged by its ``kind`` field, so one C-speed
+decode both parses a line and checks it: a field of the wrong type makes the
+whole event invalid where the bytes enter the process (ctmon/wire/decode.py),
+and everything past that point reads attributes it can trust. docs/PROTOCOL.md
+says what each field means; this module says what type it has.
+
+Compatibility (protocol 1): unknown fields are ignored, a field a writer left
+out takes its default, and a kind this version does not know is skipped by the
+decoder, never an error. Defaults are immutable or copied per instance
+(msgspec copies ``[]`` and ``{}`` defaults), and ``omit_defaults`` keeps
+encoded lines as short as the dicts they replace.
+
+The agent inside the job does not import this module: msgspec would add
+~30 ms to every job's start-up (its hello is sent before user code runs), for
+events it sends a few dozen times per compile. It writes plain JSON with the
+standard library, and tests/test_wire_events.py decodes everything a real
+agent sends with these types, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+
+class Event(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=True, gc=False):
+    """Fields every event has. ``t``: when it happened (Unix seconds)."""
+
+    t: float = 0.0
+
+
+# ------------------------------------------------------------------ the run
+
+
+class SessionStart(Event, tag="session"):
+    """First line of a recording (the supervisor)."""
+
+    v: int | None = None
+    ctmon: str | None = None
+    id: str | None = None
+    mode: str | None = None
+    command: list[str] = []
+    cwd: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    job_pid: int | None = None
+    recording: str | None = None
+    synthetic: str | None = None
+
+
+class Clock(msgspec.Struct, gc=False):
+    perf_ns: int
+    wall: float
+
+
+class Process(Event, tag="process"):
+    """An agent's hello, sent before any user code runs."""
+
+    pid: int | None = None
+    ppid: int | None = None
+    argv: list[str] = []
+    executable: str | None = None
+    python: str | None = None
+    cwd: str | None = None
+    clock: Clock | None = None
+    step_ring: str | None = None
+    step_ring_error: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+
+
+class Torch(Event, tag="torch"):
+    torch: str | None = None
+    cuda: str | None = None
+    hip: str | None = None
+    triton: str | None = None
+    cache_dir: str | None = None
+    cache_entries: dict[str, int] = {}
+    env: dict[str, str] = {}
+
+
+class CudaDevice(msgspec.Struct, omit_defaults=True, gc=False):
+    index: int | None = None
+    name: str | None = None
+    total_memory: int | None = None
+    capability: str | None = None
+    sms: int | None = None
+
+
+class Devices(Event, tag="devices"):
+    cuda: list[CudaDevice] = []
+    current: int | None = None
+    visible: str | None = None
+
+
+class Exit(Event, tag="exit"):
+    code: int | None = None
+    signal: str | None = None
+
+
+# -------------------------------------------------------------- compiling
+
+
+class StackFrame(msgspec.Struct, omit_defaults=True, gc=False):
+    file: str | None = None
+    line: int | None = None
+    name: str | None = None
+    code: str | None = None
+
+
+class CompileStart(Event, tag="compile_start"):
+    """Dynamo starts compiling a frame (PyTorch's ``dynamo_start``)."""
+
+    compile_id: str | None = None
+    frame_id: int | None = None
+    name: str | None = None
+    file: str | None = None
+    line: int | None = None
+    user_code: bool = True
+    user: StackFrame | None = None
+    module: str | None = None
+    module_file: str | None = None
+    module_line: int | None = None
+    module_user: bool | None = None
+    recompile_limit: int | None = None
+    rank: int | None = None
+
+
+class Compile(Event, tag="compile"):
+    """A frame compile attempt finished (PyTorch's ``compilation_metrics``)."""
+
+    compile_id: str | None = None
+    frame_id: int | None = None
+    co_name: str | None = None
+    co_filename: str | None = None
+    co_firstlineno: int | None = None
+    cache_size: int | None = None
+    accumulated_cache_size: int | None = None
+    guard_count: int | None = None
+    shape_env_guard_count: int | None = None
+    graph_op_count: int | None = None
+    graph_node_count: int | None = None
+    graph_input_count: int | None = None
+    entire_frame_compile_time_s: float | None = None
+    backend_compile_time_s: float | None = None
+    inductor_compile_time_s: float | None = None
+    code_gen_time_s: float | None = None
+    dynamo_time_before_restart_s: float | None = None
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    fail_user_frame_filename: str | None = None
+    fail_user_frame_lineno: int | None = None
+    recompile_reason: str | None = None
+    restart_reasons: list[str] = []
+    non_compliant_ops: list[str] = []
+    compliant_custom_ops: list[str] = []
+    has_guarded_code: bool | None = None
+    cudagraph_skip_reason: str | None = None
+    inductor_fx_local_cache_hit_count: int | None = None
+    inductor_fx_local_cache_miss_count: int | None = None
+    inductor_fx_remote_cache_hit_count: int | None = None
+    inductor_fx_remote_cache_miss_count: int | None = None
+    aotautograd_local_cache_hit_count: int | None = None
+    aotautograd_local_cache_miss_count: int | None = None
+    remote_cache_time_saved_s: float | None = None
+    structured_logging_overhead_s: float | None = None
+    triton_compile_time_us: float | None = None
+    start_time: float | None = None
+    is_forward: bool | None = None
+    param_count: int | None = None
+    param_numel: int | None = None
+    guard_latency_us: float | None = None
+    recompile_limit: int | None = None
+    rank: int | None = None
+
+
+class BwdCompile(Event, tag="bwd_compile"):
+    compile_id: str | None = None
+    frame_id: int | None = None
+    duration_us: float | None = None
+    inductor_compile_time_s: float | None = None
+    code_gen_time_s: float | None = None
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    cudagraph_skip_reason: str | None = None
+    inductor_fx_local_cache_hit_count: int | None = None
+    inductor_fx_local_cache_miss_count: int | None = None
+    structured_logging_overhead_s: float | None = None
+    start_time: float | None = None
+    rank: int | None = None
+
+
+class RecompileReasons(Event, tag="recompile_reasons"):
+    compile_id: str | None = None
+    frame_id: int | None = None
+    reasons: list[str] = []
+    rank: int | None = None
+
+
+class GraphBreak(Event, tag="graph_break"):
+    compile_id: str | None = None
+    frame_id: int | None = None
+    file: str | None = None
+    line: int | None = None
+    summary: str | None = None
+    reason: str | None = None
+    explanation: str | None = None
+    hints: list[str] = []
+    user_stack: list[StackFrame] = []
+    url: str | None = None
+    gb_id: str | None = None
+    rank: int | None = None
+
+
+class CacheResult(Event, tag="cache"):
+    compile_id: str | None = None
+    frame_id: int | None = None
+    cache: str | None = None  # fx_graph | aot_autograd
+    result: str | None = None  # hit | miss | bypass
+    key: str | None = None
+    detail: str | None = None
+    reason: str | None = None
+    time_saved_s: float | None = None
+    rank: int | None = None
+
+
+class Autotune(Event, tag="autotune"):
+    compile_id: str | None = None
+    frame_id: int | None = None
+    # PyTorch's per-kernel dict, as it reports it (keys vary by version)
+    kernels: list[dict[str, Any]] = []
+    rank: int | None = None
+
+
+class Cudagraph(Event, tag="cudagraph"):
+    event: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+# ------------------------------------------------------------------- steps
+
+
+class Steps(Event, tag="steps"):
+    """A batch of step boundaries from the step ring (the supervisor)."""
+
+    src: str = ""
+    i0: int = 0
+    ns: list[int] = []
+
+
+class DeviceTime(Event, tag="device_time"):
+    src: str = ""
+    i0: int = 0
+    i1: int = 0
+    ms: float = 0.0
+
+
+class Drops(Event, tag="drops"):
+    steps: int | None = None
+    events: int | None = None
+
+
+# ----------------------------------------------------- messages and system
+
+
+class Note(Event, tag="note"):
+    level: str = "info"
+    source: str | None = None
+    message: str = ""
+    missing_compiles: int | None = None
+
+
+class Output(Event, tag="output"):
+    stream: str = "stdout"
+    data: str = ""
+
+
+class GpuSample(msgspec.Struct, omit_defaults=True, gc=False):
+    index: int | None = None
+    name: str | None = None
+    util: float | None = None
+    mem_util: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    proc_mem: int | None = None
+
+
+class Sample(Event, tag="sample"):
+    """Process and GPU figures, about once a second (the supervisor)."""
+
+    cpu_percent: float | None = None
+    rss: int | None = None
+    tree_rss: int | None = None
+    threads: int | None = None
+    procs: int | None = None
+    sys_cpu_percent: float | None = None
+    sys_mem_used: int | None = None
+    sys_mem_total: int | None = None
+    cpus: int | None = None
+    gpus: list[GpuSample] | None = None
+    gpu_error: str | None = None
+
+
+AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged decode
+    SessionStart,
+    Process,
+    Torch,
+    Devices,
+    Exit,
+    CompileStart,
+    Compile,
+    BwdCompile,
+    RecompileReasons,
+    GraphBreak,
+    CacheResult,
+    Autotune,
+    Cudagraph,
+    Steps,
+    DeviceTime,
+    Drops,
+    Note,
+    Output,
+    Sample,
+]
+
+#: kind -> its Struct
+KINDS: dict[str, type[Event]] = {
+    str(cls.__struct_config__.tag): cls
+    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+}
