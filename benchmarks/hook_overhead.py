@@ -75,7 +75,7 @@ def steady(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
 
     from ctmon.agent.core import Agent
     from ctmon.agent.torch_hooks import install
-    from ctmon.ring import StepRing
+    from ctmon.wire.ring import StepRing
 
     tmp = tempfile.mkdtemp(prefix="ctmon-bench-")
     agent = Agent(None)  # no supervisor: events are dropped, hooks run for real
@@ -241,7 +241,7 @@ def train(device: str, pairs: int, step_ms: float) -> dict[str, object]:
 
     from ctmon.agent.core import Agent
     from ctmon.agent.torch_hooks import install
-    from ctmon.ring import StepRing
+    from ctmon.wire.ring import StepRing
 
     tmp = tempfile.mkdtemp(prefix="ctmon-bench-")
     agent = Agent(None)

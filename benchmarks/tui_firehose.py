@@ -35,9 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from ctmon import protocol  # noqa: E402
-from ctmon.feeds import RecordingFeed  # noqa: E402
 from ctmon.tui.app import CtmonApp  # noqa: E402
+from ctmon.wire import protocol  # noqa: E402
+from ctmon.wire.feeds import RecordingFeed  # noqa: E402
 
 REQUIRED_REPAINTS_PER_S = 10.0
 

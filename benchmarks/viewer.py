@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from ctmon import protocol  # noqa: E402
+from ctmon.wire import protocol  # noqa: E402
 
 
 def steady_events(n: int, seed: int = 0):  # type: ignore[no-untyped-def]
@@ -150,7 +150,7 @@ def ingest(n: int, size: tuple[int, int] = (160, 48)) -> dict[str, Any]:
 RSS_CHILD = r"""
 import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[2])
-from ctmon.feeds import RecordingFeed
+from ctmon.wire.feeds import RecordingFeed
 from ctmon.tui.app import CtmonApp
 import psutil
 async def main():
@@ -196,10 +196,10 @@ while time.time() < end:
 
 
 async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
-    from ctmon.feeds import SocketFeed
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
     from ctmon.tui.app import CtmonApp
+    from ctmon.wire.feeds import SocketFeed
 
     tmp = tempfile.mkdtemp(prefix="ctmon-viewer-")
     script = os.path.join(tmp, "job.py")

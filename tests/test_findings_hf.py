@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from helpers import WORKLOADS, assert_matches_torch_trace, record
 
-from ctmon.reader import read_recording
 from ctmon.store import Session
 from ctmon.store.findings import analyze
+from ctmon.wire.recording import read_recording
 
 GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
 EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from ctmon import protocol
 from ctmon.launch.intake import Intake
 from ctmon.launch.sockets import listen_unix
+from ctmon.wire import protocol
 
 CONNECT = """
 import socket, sys, time

@@ -35,7 +35,7 @@ from test_faults import (
     wait_until,
 )
 
-from ctmon import protocol
+from ctmon.wire import protocol
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctmon import protocol
-from ctmon.protocol import LineSplitter, decode, encode
+from ctmon.wire import protocol
+from ctmon.wire.protocol import LineSplitter, decode, encode
 
 # ---------------------------------------------------------------- strategies
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ctmon import protocol
-from ctmon.reader import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 from ctmon.store import Session
+from ctmon.wire import protocol
+from ctmon.wire.recording import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 
 SESSION = {
     "kind": "session",
@@ -358,7 +358,7 @@ def test_second_session_header_keeps_the_first_and_warns(tmp_path):
 
 
 def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
-    from ctmon.feeds import RecordingFeed
+    from ctmon.wire.feeds import RecordingFeed
 
     lines = [protocol.encode(e) for e in EVENTS]
     huge = b'{"kind":"output","t":1.0,"data":"' + b"x" * (protocol.MAX_LINE_BYTES + 10) + b'"}\n'
@@ -376,7 +376,7 @@ def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
 
 
 def test_replay_reads_a_last_line_without_its_newline(tmp_path):
-    from ctmon.feeds import RecordingFeed
+    from ctmon.wire.feeds import RecordingFeed
 
     path = write(tmp_path, "nonl.jsonl", recording_bytes().rstrip(b"\n"))
     evs = [ev for batch in RecordingFeed(path).batches() for ev in batch]

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from ctmon import protocol
-from ctmon.ring import (
+from ctmon.store import Session
+from ctmon.wire import protocol
+from ctmon.wire.ring import (
     HEADER_WORDS,
     MAGIC,
     VERSION,
@@ -26,7 +27,6 @@ from ctmon.ring import (
     StepDecoder,
     StepRing,
 )
-from ctmon.store import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -352,7 +352,7 @@ def test_decoded_events_fold_into_the_store():
 _RAW_WRITER = textwrap.dedent(
     """
     import sys, time
-    from ctmon.ring import StepRing, W_INDEX
+    from ctmon.wire.ring import StepRing, W_INDEX
     ring = StepRing.create(sys.argv[1], int(sys.argv[2]))
     slots, hdr, mask = ring.slots, ring.header, ring.mask
     print("ready", flush=True)
@@ -369,7 +369,7 @@ _RAW_WRITER = textwrap.dedent(
 _AGENT_WRITER = textwrap.dedent(
     """
     import sys
-    from ctmon.ring import StepRing
+    from ctmon.wire.ring import StepRing
     from ctmon.agent.steps import StepClock, RANK_COMPILED, RANK_OPTIMIZER
 
     class Channel:

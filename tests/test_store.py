@@ -13,13 +13,13 @@ import random
 import numpy as np
 import pytest
 
-from ctmon import protocol
 from ctmon.report.build import build_report
 from ctmon.report.text import exit_text, fmt_ms, fmt_s, full_text, summary_lines
 from ctmon.store import Session
 from ctmon.store.compiles import display_name, is_limit_hit
 from ctmon.store.output import MAX_LINE_CHARS, OutputBuffer
 from ctmon.store.steps import StepSeries, percentile
+from ctmon.wire import protocol
 
 T0 = 1795346334.0
 GB = "/work/main/tests/workloads/graph_breaks.py"

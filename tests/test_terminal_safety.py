@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctmon.cli import main as cli_main
-from ctmon.feeds import ListFeed
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
@@ -34,6 +33,7 @@ from ctmon.textsafe import PLACEHOLDER, clean, clean_tree, unsafe_spans
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.screens import DetailScreen
 from ctmon.tui.testing import wait_loaded
+from ctmon.wire.feeds import ListFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

@@ -14,7 +14,6 @@ import os
 import pytest
 import torch  # noqa: F401  (ctmon.agent.paths tells torch's files from the user's once torch is imported)
 
-from ctmon import protocol
 from ctmon.agent.trace import (
     BWD_FIELDS,
     METRIC_FIELDS,
@@ -26,6 +25,7 @@ from ctmon.agent.trace import (
 )
 from ctmon.report.build import build_report
 from ctmon.store import Session
+from ctmon.wire import protocol
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 

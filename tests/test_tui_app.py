@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from ctmon.feeds import ListFeed, RecordingFeed
 from ctmon.store import Session
 from ctmon.tui.app import CtmonApp, MainScreen, TabStrip
 from ctmon.tui.capture import screen_text
@@ -23,6 +22,7 @@ from ctmon.tui.panes import BreaksPane, EventsPane, FramesPane, OutputPane
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.testing import QueueFeed, wait_applied, wait_loaded, wait_until
 from ctmon.tui.timeline import Timeline
+from ctmon.wire.feeds import ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

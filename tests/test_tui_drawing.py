@@ -20,7 +20,6 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from ctmon.feeds import RecordingFeed
 from ctmon.store import Session
 from ctmon.tui import panels
 from ctmon.tui.app import CtmonApp
@@ -28,6 +27,7 @@ from ctmon.tui.context import ViewContext
 from ctmon.tui.panels import AlertsPanel, current_findings
 from ctmon.tui.strips import text_strips
 from ctmon.tui.testing import wait_loaded
+from ctmon.wire.feeds import RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

@@ -10,7 +10,7 @@ gone, the agent goes quiet and the job runs on.
 Compile events are rare and precious: they are never dropped below a very
 large cap (reaching it means the supervisor has been stuck for minutes; the
 count is reported in a ``drops`` event). Step boundaries do not pass through
-here at all: they go to a shared-memory ring (ctmon/ring.py).
+here at all: they go to a shared-memory ring (ctmon/wire/ring.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ctmon import protocol
+from ctmon.wire import protocol
 
 FLUSH_INTERVAL_S = 0.05
 EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall

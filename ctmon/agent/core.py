@@ -13,11 +13,12 @@ import sys
 import time
 from typing import Any
 
-from ctmon import _api, protocol
+from ctmon import _api
 from ctmon.agent.channel import Channel
 from ctmon.agent.steps import StepClock
 from ctmon.agent.trace import TraceConverter
-from ctmon.ring import DEFAULT_CAPACITY, StepRing
+from ctmon.wire import protocol
+from ctmon.wire.ring import DEFAULT_CAPACITY, StepRing
 
 ENV_SOCKET = "CTMON_AGENT_SOCKET"
 ENV_SESSION = "CTMON_SESSION"

@@ -16,7 +16,7 @@ Once a higher-ranked source shows up, lower ones are ignored from then on
 and the switch is recorded, so the viewer can drop the lower series.
 
 The hot path (``mark``) is a handful of attribute reads, one clock read and
-two stores into a shared-memory ring (ctmon/ring.py) that the supervisor
+two stores into a shared-memory ring (ctmon/wire/ring.py) that the supervisor
 drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job. On CUDA the host clock
 measures launch time, not device time; a DeviceTimer records a CUDA event at
 some boundaries (never more often than every RECORD_GAP_NS of host time, since
@@ -31,9 +31,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ctmon import protocol
 from ctmon.agent.channel import Channel
-from ctmon.ring import W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
+from ctmon.wire import protocol
+from ctmon.wire.ring import W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 _NAMES = protocol.STEP_SOURCES

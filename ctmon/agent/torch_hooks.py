@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ctmon import protocol
 from ctmon.agent.core import Agent
 from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
+from ctmon.wire import protocol
 
 TRACE_LOGGER = "torch.__trace"
 

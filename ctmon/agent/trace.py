@@ -24,9 +24,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ctmon import protocol
 from ctmon.agent.channel import Channel
 from ctmon.agent.paths import is_ctmon_file, is_user_file
+from ctmon.wire import protocol
 
 KEEP_EVENTS = frozenset({"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str"})
 CACHE_ARTIFACTS = {

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ctmon.launch.runtime import RuntimeDirError
     from ctmon.launch.spec import UsageError
-    from ctmon.reader import RecordingError
+    from ctmon.wire.recording import RecordingError
 
     cmd = _commands().get(args[0])
     if cmd is None:

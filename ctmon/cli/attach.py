@@ -53,7 +53,7 @@ def stop_grace(value: str | None) -> float:
     """--stop-grace, else $CTMON_STOP_GRACE, else the default (seconds; 0: never SIGKILL)."""
     import math
 
-    from ctmon.protocol import DEFAULT_STOP_GRACE_S
+    from ctmon.wire.protocol import DEFAULT_STOP_GRACE_S
 
     where = "--stop-grace"
     if value is None:
@@ -77,8 +77,8 @@ def _interactive() -> bool:
 
 
 def run_tui(spec: JobSpec, output: str | None, grace: float | None = None) -> int:
-    from ctmon.feeds import FeedError, SocketFeed
     from ctmon.launch.daemon import DaemonError, start_detached
+    from ctmon.wire.feeds import FeedError, SocketFeed
 
     if output:
         check_writable(output)

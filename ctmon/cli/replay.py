@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     if len(files) > 1 or files[0].startswith("-"):
         raise UsageError(f"replay: unexpected argument {files[1] if len(files) > 1 else files[0]} ({USAGE})")
     path = files[0]
-    from ctmon.feeds import RecordingFeed
+    from ctmon.wire.feeds import RecordingFeed
 
     _check_has_events(path)
     feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
 
 def _check_has_events(path: str) -> None:
     """Refuse, as `report` does, a file in which no line is an event."""
-    from ctmon import protocol
-    from ctmon.reader import RecordingError, open_recording
+    from ctmon.wire import protocol
+    from ctmon.wire.recording import RecordingError, open_recording
 
     with open_recording(path) as f:
         splitter = protocol.LineSplitter()

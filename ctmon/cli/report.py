@@ -7,12 +7,12 @@ import sys
 
 from ctmon.cli import CliError
 from ctmon.cli.record import parse_budgets
-from ctmon.reader import ReadStats, read_recording, unreadable_note
 from ctmon.report import gate
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text
 from ctmon.store import Session
 from ctmon.textsafe import clean
+from ctmon.wire.recording import ReadStats, read_recording, unreadable_note
 
 HELP = """usage: ctmon report FILE [--json | --md] [--fail-on EXPR ...]
 

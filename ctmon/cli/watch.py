@@ -27,7 +27,7 @@ from ctmon.launch import runtime
 from ctmon.textsafe import clean
 
 if TYPE_CHECKING:
-    from ctmon.feeds import Feed
+    from ctmon.wire.feeds import Feed
 
 HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
@@ -154,7 +154,7 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
 
 
 def _watch(info: dict[str, object]) -> int:
-    from ctmon.feeds import FeedError, SocketFeed
+    from ctmon.wire.feeds import FeedError, SocketFeed
 
     try:
         feed = SocketFeed(str(info["viewer_socket"]))
@@ -169,8 +169,8 @@ def _watch(info: dict[str, object]) -> int:
 
 
 def _watch_tcp(addr: str, token_file: str | None) -> int:
-    from ctmon.feeds import AuthError, FeedError, SocketFeed
     from ctmon.launch.sockets import parse_listen
+    from ctmon.wire.feeds import AuthError, FeedError, SocketFeed
 
     try:
         host, port = parse_listen(addr)

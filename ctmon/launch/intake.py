@@ -4,7 +4,7 @@ Every process of the job that runs the agent connects to ``agent.sock`` (the
 job itself, a program it exec'd into, a child that imported ctmon): each
 connection is an ``Agent`` that knows its pid from the moment it is accepted
 (``SO_PEERCRED``). Its lines are validated and passed on as they came.
-Step boundaries travel through shared-memory rings instead (ctmon/ring.py):
+Step boundaries travel through shared-memory rings instead (ctmon/wire/ring.py):
 a ``process`` event names the ring, and the rings are drained on a clock.
 
 Nothing an agent sends may take the supervisor down: a bad line is skipped
@@ -18,10 +18,10 @@ import socket
 import time
 from collections.abc import Callable
 
-from ctmon import protocol
 from ctmon.launch import execwatch
 from ctmon.launch.sockets import same_user
-from ctmon.ring import RingError, RingReader, StepDecoder, StepRing
+from ctmon.wire import protocol
+from ctmon.wire.ring import RingError, RingReader, StepDecoder, StepRing
 
 Emit = Callable[[protocol.Event], None]
 # Kinds only the supervisor writes: an agent sending one is ignored.

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ctmon import protocol
 from ctmon.launch import execwatch, relay, stdfds
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.store import ExitInfo
+from ctmon.wire import protocol
 
 READ_SIZE = 16 * 1024
 MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes

@@ -11,8 +11,8 @@ import json
 import os
 import time
 
-from ctmon import protocol
 from ctmon.store import ExitInfo, Session
+from ctmon.wire import protocol
 
 REGISTRY_INTERVAL_S = 2.0  # how often session.json is refreshed
 

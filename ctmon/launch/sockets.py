@@ -9,7 +9,7 @@ import socket
 import struct
 import time
 
-from ctmon import protocol
+from ctmon.wire import protocol
 
 
 def listen_unix(path: str) -> socket.socket:

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ctmon
-from ctmon import protocol
 from ctmon.launch.intake import Agent, Intake
 from ctmon.launch.job import Job
 from ctmon.launch.recorder import Recorder, RecorderError
@@ -42,6 +41,7 @@ from ctmon.launch.sockets import listen_unix
 from ctmon.launch.spec import JobSpec
 from ctmon.launch.viewers import Controls, Viewer, Viewers
 from ctmon.store import ExitInfo, Session
+from ctmon.wire import protocol
 
 DRAIN_TIMEOUT_S = 2.0
 HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children

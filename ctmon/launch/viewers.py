@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ctmon import protocol
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.sockets import is_local_only, parse_listen, refuse, same_user
+from ctmon.wire import protocol
 
 AUTH_TIMEOUT_S = 5.0
 MAX_HALF_OPEN = 16  # TCP peers waiting to authenticate; the oldest is dropped for a new one

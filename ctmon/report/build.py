@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import ctmon
-from ctmon.protocol import finite
 from ctmon.store import Session
 from ctmon.store.compiles import Frame
+from ctmon.wire.protocol import finite
 
 REPORT_VERSION = 1
 

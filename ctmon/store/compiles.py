@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctmon import protocol
 from ctmon.store.values import finite, nonempty
+from ctmon.wire import protocol
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 

@@ -16,11 +16,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctmon import protocol
 from ctmon.store.compiles import CompileState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.steps import StepClock
 from ctmon.store.values import finite, nonempty
+from ctmon.wire import protocol
 
 _INF = float("inf")
 LOG_MAX = 5000

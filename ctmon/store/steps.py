@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from ctmon import protocol
+from ctmon.wire import protocol
 
 NAN = float("nan")
 MAX_DELTA_NS = 1 << 62  # ~146 years: anything larger is not a step interval

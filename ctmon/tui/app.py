@@ -41,8 +41,6 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 
-from ctmon import protocol
-from ctmon.feeds import Feed
 from ctmon.store import ExitInfo, Session
 from ctmon.textsafe import clean_event
 from ctmon.tui.context import ReplayInfo, ViewContext
@@ -55,6 +53,8 @@ from ctmon.tui.replay_control import ReplayControl
 from ctmon.tui.safe import clean
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
+from ctmon.wire import protocol
+from ctmon.wire.feeds import Feed
 
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0

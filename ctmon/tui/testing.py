@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ctmon.feeds import Feed
+from ctmon.wire.feeds import Feed
 
 
 class QueueFeed(Feed):

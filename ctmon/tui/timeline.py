@@ -13,8 +13,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from ctmon import protocol
 from ctmon.store import Session
+from ctmon.wire import protocol
 
 CHECKPOINT_EVERY = 25_000
 

@@ -22,7 +22,7 @@ import resource
 import sys
 import time
 
-from ctmon.feeds import SocketFeed
+from ctmon.wire.feeds import SocketFeed
 from ctmon.store import Session
 
 

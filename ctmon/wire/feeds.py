@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ctmon import protocol
-from ctmon.reader import ReadStats, open_recording, unreadable_note
+from ctmon.wire import protocol
+from ctmon.wire.recording import ReadStats, open_recording, unreadable_note
 
 Batch = list[protocol.Event]
 BATCH_MAX = 2000

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ctmon import protocol
+from ctmon.wire import protocol
 
 READ_CHUNK = 1 << 16
 
