@@ -36,6 +36,11 @@ _FAST = re.compile(f"[{_UNSAFE_CHARS}]")
 _SAFE_ASCII = bytes(range(0x20, 0x7F)) + b"\n\t"
 
 
+def unsafe(text: str) -> bool:
+    """Whether ``text`` holds anything a terminal would act on."""
+    return _unsafe(text)
+
+
 def _unsafe(text: str) -> bool:
     """Whether ``text`` holds anything to replace. Most text is ASCII (a flag
     CPython keeps on the string): deleting the safe bytes in C is five times
@@ -123,25 +128,10 @@ def clean_tree(value: Any, depth: int = 0) -> Any:
 
 _MAX_DEPTH = 32
 
-# Kinds with no free text (numbers and fixed names only), and the job's
-# output, which its own view cleans line by line (it keeps colours and
-# carriage returns, which make progress bars).
-_NO_TEXT_KINDS = frozenset({"steps", "device_time", "drops", "output"})
 
-
-def clean_event(event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` with its strings cleaned; the same object when it is clean.
-
-    For a viewer that folds events into a store and then builds styled text
-    from it: rich drops BEL when text becomes a ``Text``, which would leave
-    ``ESC ] 0 ; title`` unterminated (shown as ``]0;title`` garbage) by the
-    time the view cleans it, so the viewer cleans events as they arrive.
-    """
-    if event.get("kind") in _NO_TEXT_KINDS:
-        return event
-    if not _dirty(event, 0):
-        return event
-    return clean_tree(event)
+def dirty(value: Any, depth: int = 0) -> bool:
+    """Whether any string in ``value`` (a JSON-like tree) would need cleaning."""
+    return _dirty(value, depth)
 
 
 def _dirty(value: Any, depth: int) -> bool:

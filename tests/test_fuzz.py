@@ -15,6 +15,7 @@ from ctmon.report.build import build_report
 from ctmon.report.text import full_text, summary_lines
 from ctmon.store import Session
 from ctmon.wire import protocol
+from ctmon.wire.events import kind_of
 from ctmon.wire.protocol import LineSplitter, decode, encode
 from ctmon.wire.recording import ReadStats, RecordingError, iter_stream, read_recording
 
@@ -456,8 +457,8 @@ def test_store_invariants(evs):
         assert min(c.hit, c.miss, c.bypass) >= 0
     if s.steps.current is not None:
         ser = s.steps.current
-        assert len(ser.times) == len(ser.host_ms) == s.steps.count
-        assert ser.dev_ms is None or len(ser.dev_ms) == len(ser.times)  # made on the first device window
+        assert len(ser.times) == len(ser.ns) == s.steps.count
+        assert ser.eff_ms is None or len(ser.eff_ms) == len(ser.times)  # made on the first device window
         st_ = ser.stats()
         if st_.intervals:
             assert st_.min_ms <= st_.p50_ms <= st_.p90_ms <= st_.p99_ms <= st_.max_ms
@@ -528,7 +529,7 @@ def test_read_recording_only_raises_recording_error(data):
     except RecordingError as e:
         assert str(e) and "\n" not in str(e)
         return
-    assert evs and all(isinstance(e["kind"], str) for e in evs)
+    assert evs and all(isinstance(kind_of(e), str) for e in evs)
     assert st_.events == len(evs)
 
 

@@ -31,3 +31,18 @@ def test_every_recording_has_its_expected_report() -> None:
     names = {os.path.basename(expected_path(r)) for r in recordings()}
     kept = {n for n in os.listdir(os.path.dirname(expected_path(recordings()[0]))) if n.endswith(".json")}
     assert kept == names
+
+
+@pytest.mark.parametrize("recording", recordings(), ids=os.path.basename)
+def test_folding_in_bulk_gives_the_store_folding_one_by_one_gives(recording: str) -> None:
+    """apply_all takes step batches together (and a little later than the
+    output around them); the store must be the one apply() builds event by event."""
+    from ctmon.report.build import build_report
+    from ctmon.store import Session
+    from ctmon.wire.recording import read_recording
+
+    events = list(read_recording(recording))
+    one_by_one = Session()
+    for ev in events:
+        one_by_one.apply(ev)
+    assert build_report(Session().apply_all(events)) == build_report(one_by_one)

@@ -41,7 +41,7 @@ def test_each_agent_connection_knows_its_pid(tmp_path) -> None:  # type: ignore[
                 assert a is not None
                 assert intake.read(a)
             time.sleep(0.01)
-        assert [ev["message"] for _, ev in lines] == ["hi"] * 3 and not notes
+        assert [ev.message for _, ev in lines] == ["hi"] * 3 and not notes
         first = agents[0]
         assert first is not None
         intake.forget(first)
@@ -50,3 +50,31 @@ def test_each_agent_connection_knows_its_pid(tmp_path) -> None:  # type: ignore[
         for p in procs:
             p.communicate(b"", timeout=20)
         listener.close()
+
+
+def test_agent_lines_are_recorded_as_sent_valid_or_refused_with_a_note(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What an agent sends is validated where it enters: an event is recorded
+    as it came (a newer agent's unknown kind too), bytes that are not UTF-8 in
+    a field nobody reads become U+FFFD, and a line that is not an event is
+    left out with a note saying why; events only the supervisor writes are
+    dropped."""
+    written: list[bytes] = []
+    notes: list[str] = []
+    intake = Intake(str(tmp_path), lambda ev: None, lambda line, ev: written.append(line), notes.append)
+    good = b'{"kind":"note","t":1.0,"message":"hi"}'
+    newer = b'{"kind":"from_2030","t":1.0,"x":[1,2]}'
+    odd_bytes = b'{"kind":"note","t":1.0,"message":"ok","junk":"\xff\xfe"}'
+    for line in (
+        good,
+        newer,
+        odd_bytes,
+        b'{"kind":"compile","frame_id":"x"}',
+        b'{"kind":"exit","code":0}',
+        b"not json",
+    ):
+        intake._line(line)
+    assert written[:2] == [good + b"\n", newer + b"\n"]
+    assert written[2] == '{"kind":"note","t":1.0,"message":"ok","junk":"\ufffd\ufffd"}\n'.encode()
+    assert len(written) == 3
+    assert len(notes) == 2 and all("not a valid event" in n for n in notes)
+    assert "$.frame_id" in notes[0]

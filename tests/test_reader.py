@@ -10,6 +10,8 @@ import pytest
 
 from ctmon.store import Session
 from ctmon.wire import protocol
+from ctmon.wire.decode import typed
+from ctmon.wire.events import kind_of
 from ctmon.wire.recording import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 
 SESSION = {
@@ -64,7 +66,12 @@ def recording_bytes(events=EVENTS) -> bytes:
     return b"".join(protocol.encode(e) for e in events)
 
 
-def read_all(path: str) -> tuple[list[dict], ReadStats]:
+def typed_all(events: list[dict]) -> list:
+    """Events as the reader gives them: typed, validated."""
+    return [typed(e) for e in events]
+
+
+def read_all(path: str) -> tuple[list, ReadStats]:
     st = ReadStats()
     return list(read_recording(path, st)), st
 
@@ -148,7 +155,7 @@ def test_open_recording_returns_file_at_start(tmp_path):
 
 def test_full_recording(tmp_path):
     evs, st = read_all(write(tmp_path, "r.jsonl", recording_bytes()))
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)
     assert st.events == len(EVENTS) and st.lines == len(EVENTS)
     assert st.bad_lines == 0 and st.oversized == 0
     assert not st.truncated_tail
@@ -161,7 +168,7 @@ def test_recording_cut_mid_line_yields_everything_before(tmp_path):
     # cut inside the last line (the exit event)
     cut = len(data) - 10
     evs, st = read_all(write(tmp_path, "cut.jsonl", data[:cut]))
-    assert evs == EVENTS[:-1]
+    assert evs == typed_all(EVENTS[:-1])
     assert st.truncated_tail
     assert any("cut" in w for w in st.warnings)
     assert st.bad_lines == 0
@@ -174,7 +181,7 @@ def test_cut_at_every_byte_of_a_line(tmp_path, keep_lines):
     nxt = lines[keep_lines]
     for k in range(1, len(nxt) - 1):
         evs, st = read_all(write(tmp_path, f"c{k}.jsonl", head + nxt[:k]))
-        assert evs == EVENTS[:keep_lines], k
+        assert evs == typed_all(EVENTS[:keep_lines]), k
         assert st.truncated_tail, k
 
 
@@ -219,7 +226,7 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
     junk = [b"this is not json\n", b"[1,2]\n", b'{"kind": 42}\n', b"\xff\xfe\xfd\n", b'{"t": 1}\n']
     data = lines[0] + lines[1] + b"".join(junk) + b"".join(lines[2:])
     evs, st = read_all(write(tmp_path, "bad.jsonl", data))
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)
     assert st.bad_lines == len(junk)
     assert st.lines == len(EVENTS) + len(junk)
     assert any(str(len(junk)) in w and "skipped" in w for w in st.warnings)
@@ -228,14 +235,14 @@ def test_bad_lines_are_counted_and_skipped(tmp_path):
 def test_blank_lines_are_not_bad_lines(tmp_path):
     data = recording_bytes().replace(b"\n", b"\n\n")
     evs, st = read_all(write(tmp_path, "blank.jsonl", data))
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)
     assert st.bad_lines == 0 and st.warnings == []
 
 
 def test_crlf_recording(tmp_path):
     data = recording_bytes().replace(b"\n", b"\r\n")
     evs, st = read_all(write(tmp_path, "crlf.jsonl", data))
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)
     assert st.bad_lines == 0
 
 
@@ -244,7 +251,7 @@ def test_oversized_line_in_the_middle_is_skipped(tmp_path):
     huge = b'{"kind":"output","t":1.0,"data":"' + b"x" * (protocol.MAX_LINE_BYTES + 10) + b'"}\n'
     data = lines[0] + lines[1] + huge + b"".join(lines[2:])
     evs, st = read_all(write(tmp_path, "big.jsonl", data))
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)
     assert st.oversized == 1
 
 
@@ -256,7 +263,7 @@ def test_events_spanning_read_chunks(tmp_path):
     data = recording_bytes(evs)
     assert len(data) > 3 * READ_CHUNK
     got, st = read_all(write(tmp_path, "long.jsonl", data))
-    assert got == evs
+    assert got == typed_all(evs)
     assert st.bad_lines == 0 and not st.truncated_tail
 
 
@@ -275,26 +282,26 @@ def test_iter_stream_on_a_pipe_like_object():
 
     st = ReadStats()
     got = list(iter_stream(Dribble(recording_bytes()), st))
-    assert got == EVENTS
+    assert got == typed_all(EVENTS)
     assert st.events == len(EVENTS)
 
 
 def test_iter_stream_partial_tail_flagged():
     st = ReadStats()
     data = recording_bytes() + b'{"kind":"steps","t":1,"ns":[1,2'
-    assert list(iter_stream(io.BytesIO(data), st)) == EVENTS
+    assert list(iter_stream(io.BytesIO(data), st)) == typed_all(EVENTS)
     assert st.truncated_tail
 
 
 def test_first_line_longer_than_the_sniffed_head(tmp_path):
     big = dict(SESSION, command=["python", "x" * 10_000])
     evs, st = read_all(write(tmp_path, "wide.jsonl", recording_bytes([big, *EVENTS[1:]])))
-    assert evs[0] == big and len(evs) == len(EVENTS)
+    assert evs[0] == typed(big) and len(evs) == len(EVENTS)
 
 
 def test_utf8_bom_is_tolerated(tmp_path):
     evs, _ = read_all(write(tmp_path, "bom.jsonl", b"\xef\xbb\xbf" + recording_bytes()))
-    assert [e["kind"] for e in evs] == [e["kind"] for e in EVENTS]
+    assert [kind_of(e) for e in evs] == [e["kind"] for e in EVENTS]
 
 
 def test_only_a_cut_first_line(tmp_path):
@@ -305,7 +312,7 @@ def test_only_a_cut_first_line(tmp_path):
 def test_recording_of_only_non_events_after_a_valid_head(tmp_path):
     # head sniff passes (first line is an event) but then nothing else is; still readable
     evs, st = read_all(write(tmp_path, "x.jsonl", protocol.encode(SESSION) + b"junk\n" * 3))
-    assert evs == [SESSION]
+    assert evs == typed_all([SESSION])
     assert st.bad_lines == 3
 
 
@@ -346,8 +353,8 @@ def test_second_session_header_keeps_the_first_and_warns(tmp_path):
     s = Session().apply_all(evs)
     assert s.meta.session_id == SESSION["id"] and s.meta.command == ["python", "x.py"] and s.meta.pid == 11
     (note,) = s.notes
-    assert note["level"] == "warning"
-    assert note["message"] == (
+    assert note.level == "warning"
+    assert note.message == (
         f"recording holds a second session header at event {len(EVENTS) + 1} "
         "(two recordings concatenated?); showing the first"
     )
@@ -371,7 +378,7 @@ def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
     assert "longer than" in out.stderr and "Traceback" not in out.stderr
     feed = RecordingFeed(path)
     s = Session().apply_all(ev for batch in feed.batches() for ev in batch)
-    assert [n["message"] for n in s.notes] == [want]
+    assert [n.message for n in s.notes] == [want]
     assert s.exit is not None and s.compile.compile_count == 1
 
 
@@ -380,4 +387,4 @@ def test_replay_reads_a_last_line_without_its_newline(tmp_path):
 
     path = write(tmp_path, "nonl.jsonl", recording_bytes().rstrip(b"\n"))
     evs = [ev for batch in RecordingFeed(path).batches() for ev in batch]
-    assert evs == EVENTS
+    assert evs == typed_all(EVENTS)

@@ -22,6 +22,7 @@ from ctmon.tui.panes import BreaksPane, EventsPane, FramesPane, OutputPane
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.testing import QueueFeed, wait_applied, wait_loaded, wait_until
 from ctmon.tui.timeline import Timeline
+from ctmon.wire.decode import typed
 from ctmon.wire.feeds import ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -614,7 +615,7 @@ async def test_replay_state_matches_a_fresh_store_at_every_mark() -> None:
 
 
 def test_timeline_checkpoints_rebuild_the_same_store() -> None:
-    evs = events_of("many_breaks")
+    evs = [typed(e) for e in events_of("many_breaks")]
     tl = Timeline(checkpoint_every=20)
     full = Session()
     for i in range(0, len(evs), 7):

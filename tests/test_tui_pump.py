@@ -9,10 +9,11 @@ from typing import Any
 from ctmon.store import Session
 from ctmon.tui.pump import BACKLOG_EVENTS, SLICE_EVENTS, Pump
 from ctmon.tui.timeline import Timeline
+from ctmon.wire.events import Note
 
 
-def _notes(n: int, t0: float = 0.0) -> list[dict[str, Any]]:
-    return [{"kind": "note", "t": t0 + i, "level": "info", "message": f"note {i}"} for i in range(n)]
+def _notes(n: int, t0: float = 0.0) -> list[Any]:
+    return [Note(t=t0 + i, level="info", message=f"note {i}") for i in range(n)]
 
 
 def _pump(timeline: Timeline | None = None) -> tuple[Pump, list[int]]:

@@ -61,7 +61,7 @@ def test_what_a_real_agent_sends_decodes_strictly(tmp_path) -> None:
 
 def test_an_unknown_kind_is_counted_by_kind_not_as_bad() -> None:
     dec = Decoder()
-    assert dec.decode(b'{"kind":"hologram","t":1,"x":[1,2]}') is None
+    assert dec.decode(b'{"kind":"hologram","t":1,"x":[1,2]}') == E.Unknown(kind="hologram", t=1.0)
     assert dec.unknown == {"hologram": 1} and dec.bad == 0
 
 

@@ -35,16 +35,19 @@ class CliError(Exception):
         self.status = status
 
 
-def _commands() -> dict[str, Callable[[list[str]], int]]:
-    from ctmon.cli import attach, record, replay, report, watch
+COMMANDS = ("attach", "record", "replay", "report", "watch")
+# ctmon's own requirements: a Python environment without one of them gets a
+# line saying so, not a traceback.
+REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil")
 
-    return {
-        "attach": attach.main,
-        "record": record.main,
-        "replay": replay.main,
-        "report": report.main,
-        "watch": watch.main,
-    }
+
+def _command(name: str) -> Callable[[list[str]], int]:
+    """Only the command asked for is imported (start-up time, and a job's
+    missing torch is reported before anything heavier is needed)."""
+    import importlib
+
+    main: Callable[[list[str]], int] = importlib.import_module(f"ctmon.cli.{name}").main
+    return main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,16 +63,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ctmon.launch.runtime import RuntimeDirError
     from ctmon.launch.spec import UsageError
-    from ctmon.wire.recording import RecordingError
+    from ctmon.wire.errors import RecordingError
 
-    cmd = _commands().get(args[0])
-    if cmd is None:
-        sys.stderr.write(
-            _line(CliError(f"unknown command '{args[0]}' (commands: attach, record, replay, report, watch)"))
-        )
+    if args[0] not in COMMANDS:
+        sys.stderr.write(_line(CliError(f"unknown command '{args[0]}' (commands: {', '.join(COMMANDS)})")))
         return 2
     try:
-        return cmd(args[1:])
+        return _command(args[0])(args[1:])
+    except ModuleNotFoundError as e:
+        if e.name not in REQUIREMENTS:
+            raise
+        sys.stderr.write(
+            _line(
+                CliError(
+                    f"{e.name} is not installed in this Python environment ({sys.executable}); "
+                    "install ctmon there with its requirements (pip install ctmon)"
+                )
+            )
+        )
+        return 2
     except (UsageError, RecordingError, RuntimeDirError) as e:
         sys.stderr.write(_line(e))
         return 2

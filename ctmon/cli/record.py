@@ -6,16 +6,17 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
-from ctmon.launch.job import exit_like
 from ctmon.launch.sockets import parse_listen
 from ctmon.launch.spec import JobSpec, UsageError, check_not_target, check_writable
-from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
 from ctmon.report import gate
-from ctmon.report.build import build_report
-from ctmon.report.text import summary_lines
+from ctmon.wire.errors import RecordingError
+
+if TYPE_CHECKING:
+    from ctmon.launch.supervisor import Supervisor
 
 OPTIONS = [
     OptionSpec(
@@ -87,6 +88,14 @@ def run_headless(
     budgets: list[gate.Budget] | None = None,
     listen: str | None = None,
 ) -> int:
+    # imported here: the job's interpreter was checked (torch, the script)
+    # before anything heavier than the standard library is loaded
+    from ctmon.launch.job import exit_like
+    from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
+    from ctmon.report.build import build_report
+    from ctmon.report.load import load
+    from ctmon.report.text import summary_lines
+
     if output:
         check_writable(output)
         check_not_target(output, spec)
@@ -113,7 +122,18 @@ def run_headless(
             raise UsageError(str(e)) from None
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
-    report = build_report(sup.session)
+    # The summary reads the recording back: what it says is what was kept,
+    # and the supervisor never had to fold a store while the job ran.
+    try:
+        session, _ = load(recording, unwritten=b"".join(sup.recorder.pending))
+    except RecordingError as e:
+        # (the recording was lost under the job: deleted, its disk gone)
+        _say(f"ctmon: {e}")
+        if budgets and info.status == 0:
+            _say("ctmon: budget unverified: the recording cannot be read")
+            return gate.BUDGET_EXIT
+        return exit_like(info)
+    report = build_report(session)
     lines = [] if quiet else summary_lines(report, recording if output is None else output)
     failures = gate.broken(budgets or [], report)
     lines += [f"ctmon: {msg}" for msg in gate.capture_lines(report, quiet) + failures]

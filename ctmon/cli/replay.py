@@ -48,15 +48,13 @@ def main(argv: list[str]) -> int:
 
 def _check_has_events(path: str) -> None:
     """Refuse, as `report` does, a file in which no line is an event."""
-    from ctmon.wire import protocol
-    from ctmon.wire.recording import RecordingError, open_recording
+    from ctmon.wire.recording import RecordingError, StreamDecoder, open_recording
 
     with open_recording(path) as f:
-        splitter = protocol.LineSplitter()
+        dec = StreamDecoder()
         while chunk := f.read(1 << 16):
-            events, _ = protocol.decode_lines(splitter.feed(chunk))
-            if events:
+            if dec.feed(chunk):
                 return
-        if protocol.decode(splitter.pending) is not None:
+        if dec.finish():
             return
     raise RecordingError(f"{path} is not a ctmon recording (no events in it)")

@@ -8,11 +8,7 @@ import sys
 from ctmon.cli import CliError
 from ctmon.cli.record import parse_budgets
 from ctmon.report import gate
-from ctmon.report.build import build_report
-from ctmon.report.text import full_text
-from ctmon.store import Session
 from ctmon.textsafe import clean
-from ctmon.wire.recording import ReadStats, read_recording, unreadable_note
 
 HELP = """usage: ctmon report FILE [--json | --md] [--fail-on EXPR ...]
 
@@ -28,15 +24,6 @@ options:
               cache_bypasses, critical_findings, warning_findings, p50_ms, p90_ms, steps
   -h, --help  show this help and exit
 """
-
-
-def load(path: str) -> tuple[Session, ReadStats]:
-    stats = ReadStats()
-    session = Session().apply_all(read_recording(path, stats))
-    note = unreadable_note(stats, session.last_t)
-    if note is not None:
-        session.apply(note)
-    return session, stats
 
 
 def main(argv: list[str]) -> int:
@@ -66,6 +53,10 @@ def main(argv: list[str]) -> int:
     if path is None:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
     checks = parse_budgets(budgets)
+    from ctmon.report.build import build_report
+    from ctmon.report.load import load
+    from ctmon.report.text import full_text
+
     session, stats = load(path)
     report = build_report(session)
     for w in stats.warnings + gate.capture_lines(report):

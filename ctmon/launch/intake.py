@@ -13,19 +13,35 @@ with a note, a ring that cannot be read is dropped with a note.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
 
 from ctmon.launch import execwatch
 from ctmon.launch.sockets import same_user
+from ctmon.wire import events as E
 from ctmon.wire import protocol
+from ctmon.wire.decode import Decoder
 from ctmon.wire.ring import RingError, RingReader, StepDecoder, StepRing
 
-Emit = Callable[[protocol.Event], None]
-# Kinds only the supervisor writes: an agent sending one is ignored.
-SUPERVISOR_KINDS = (protocol.SESSION, protocol.EXIT, protocol.OUTPUT, protocol.SAMPLE, protocol.STEPS)
+Emit = Callable[[E.Event], None]
+# Kinds only the supervisor writes: an agent sending one is ignored (and a
+# viewer's refusal is never recorded).
+SUPERVISOR_KINDS = (E.SessionStart, E.Exit, E.Output, E.Sample, E.Steps, E.Refusal)
+# Python's json module refuses integers of more than 4300 digits (CVE-2020-10735);
+# msgspec reads them. Lines with a digit run that long get the stdlib's verdict.
+_LONG_DIGITS = re.compile(rb"[0-9]{4300}")
+
+
+def _stdlib_readable(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 class Agent:
@@ -57,7 +73,7 @@ class Intake:
         self,
         session_dir: str,
         emit: Emit,
-        write_line: Callable[[bytes, protocol.Event], None],
+        write_line: Callable[[bytes, E.Event | E.Unknown], None],
         peer_note: Callable[[str], None],
     ) -> None:
         self.session_dir = session_dir
@@ -67,6 +83,7 @@ class Intake:
         self.agents: list[Agent] = []
         self.rings: list[Ring] = []
         self.steps_lost = 0
+        self.decoder = Decoder()
 
     def accept(self, listener: socket.socket) -> Agent | None:
         try:
@@ -115,15 +132,30 @@ class Intake:
         return True
 
     def _line(self, line: bytes) -> None:
-        ev = protocol.decode(line)
-        if ev is None or ev["kind"] in SUPERVISOR_KINDS:
+        # the one place an agent's bytes become an event: validated here, the
+        # line is then recorded as it came (so the recording is what was sent)
+        ev = self.decoder.decode(line)
+        if ev is None:
+            self.peer_note(f"skipped a line from the job's agent that is not a valid event ({self.decoder.last_error})")
+            return
+        if isinstance(ev, SUPERVISOR_KINDS):
             return  # only the supervisor writes these
-        if ev["kind"] == protocol.PROCESS:
-            ring = ev.get("step_ring")
-            if ring is not None and not isinstance(ring, str):
-                raise TypeError("step_ring is not a string")
-            if ring:
-                self._open_ring(ring)
+        if _LONG_DIGITS.search(line) is not None and not _stdlib_readable(line):
+            # an integer in a field the decoder skipped, too long for Python's
+            # own json module: recorded, it would make the file unreadable there
+            self.peer_note("skipped a line from the job's agent with an integer too long for JSON readers")
+            return
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            # a field the decoder skipped (one it does not know) held bytes
+            # that are not UTF-8: the recording gets U+FFFD there, so any JSON
+            # reader can read every line of it
+            line = line.decode("utf-8", "replace").encode("utf-8")
+        if isinstance(ev, E.Process) and ev.step_ring:
+            self._open_ring(ev.step_ring)
+        # a kind this version does not know (a newer agent's) is recorded as
+        # it came, for a newer viewer to read
         self.write_line(line + b"\n", ev)
 
     # ------------------------------------------------------------ step rings
@@ -143,13 +175,7 @@ class Intake:
             self.rings.append(ring)
         except (OSError, RingError) as e:
             self.emit(
-                {
-                    "kind": protocol.NOTE,
-                    "t": time.time(),
-                    "level": "warning",
-                    "source": "ctmon",
-                    "message": f"cannot read step boundaries: {e}",
-                }
+                E.Note(t=time.time(), level="warning", source="ctmon", message=f"cannot read step boundaries: {e}")
             )
 
     def drain_rings(self) -> None:
@@ -169,9 +195,8 @@ class Intake:
             return
         now_wall, now_ns = time.time(), time.perf_counter_ns()
         for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
-            if r.offset and ev.get("src") == r.follows_src:
-                ev["i0"] += r.offset
-            self.emit(ev)
+            i0 = ev["i0"] + (r.offset if r.offset and ev["src"] == r.follows_src else 0)
+            self.emit(E.Steps(t=ev["t"], src=ev["src"], i0=i0, ns=ev["ns"]))
         if lost:
             # a lost switch slot is not a lost step
             src = r.reader.source()
@@ -179,7 +204,7 @@ class Intake:
             if src is not None and start - lost <= src[1] < start:
                 lost -= 1
             self.steps_lost += lost
-            self.emit({"kind": protocol.DROPS, "t": now_wall, "steps": self.steps_lost})
+            self.emit(E.Drops(t=now_wall, steps=self.steps_lost))
 
     def close(self) -> None:
         """The rings' files go with the session."""

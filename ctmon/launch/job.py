@@ -32,6 +32,7 @@ from ctmon.launch import execwatch, relay, stdfds
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.store import ExitInfo
+from ctmon.wire import events as E
 from ctmon.wire import protocol
 
 READ_SIZE = 16 * 1024
@@ -40,7 +41,7 @@ MAX_STOP_GRACE_S = 7 * 24 * 3600.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
 
-Emit = Callable[[protocol.Event], None]
+Emit = Callable[[E.Event], None]
 
 
 class Stream:
@@ -52,8 +53,8 @@ class Stream:
         self.open = True
 
 
-def _note(message: str, level: str = "info") -> protocol.Event:
-    return {"kind": protocol.NOTE, "t": time.time(), "level": level, "source": "ctmon", "message": message}
+def _note(message: str, level: str = "info") -> E.Note:
+    return E.Note(t=time.time(), level=level, source="ctmon", message=message)
 
 
 class Job:
@@ -156,13 +157,13 @@ class Job:
     def streams_open(self) -> bool:
         return any(s.open for s in self.streams)
 
-    def exit_event(self) -> protocol.Event | None:
+    def exit_event(self) -> E.Exit | None:
         p = self.proc
         if p is None:
             return None
         rc = p.wait()
         code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
-        return {"kind": protocol.EXIT, "t": time.time(), "code": code, "signal": sig}
+        return E.Exit(t=time.time(), code=code, signal=sig)
 
     # --------------------------------------------------------------- streams
 
@@ -183,7 +184,7 @@ class Job:
         if not data:
             text = st.decoder.decode(b"", final=True)
             if text:
-                self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+                self.emit(E.Output(t=time.time(), stream=st.name, data=text))
             self._close_stream(st)
             return
         if st.passthrough_fd is not None:
@@ -198,7 +199,7 @@ class Job:
         self.last_output = time.monotonic()
         text = st.decoder.decode(data)
         if text:
-            self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+            self.emit(E.Output(t=time.time(), stream=st.name, data=text))
 
     def _reader_gone(self, st: Stream, data: bytes) -> None:
         """Whoever read our output is gone (``ctmon record job.py | head -1``).
@@ -209,7 +210,7 @@ class Job:
         self.recorder.log_output(data)
         text = st.decoder.decode(data, final=True)
         if text:
-            self.emit({"kind": protocol.OUTPUT, "t": time.time(), "stream": st.name, "data": text})
+            self.emit(E.Output(t=time.time(), stream=st.name, data=text))
         self.emit(
             _note(
                 f"the reader of ctmon's {st.name} went away (broken pipe); "

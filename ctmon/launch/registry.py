@@ -11,10 +11,64 @@ import json
 import os
 import time
 
-from ctmon.store import ExitInfo, Session
-from ctmon.wire import protocol
+from ctmon.store import ExitInfo
+from ctmon.wire import events as E
+from ctmon.wire.protocol import STEP_RANK
 
 REGISTRY_INTERVAL_S = 2.0  # how often session.json is refreshed
+
+
+class RunCounts:
+    """What ``ctmon watch`` lists about a live job, counted off the events as
+    they are recorded (the supervisor folds no store: the viewers do that)."""
+
+    def __init__(self) -> None:
+        self.start_t: float | None = None
+        self.compiles = 0
+        self.recompiles = 0
+        self.graph_breaks = 0
+        self.exit: ExitInfo | None = None
+        self._active: set[str | None] = set()  # compiles started, not finished
+        self._src = -1  # the step clock: the best-ranked source seen (as the store picks it)
+        self._steps = 0
+
+    def count(self, ev: E.Event) -> None:
+        kind = type(ev)
+        if kind is E.Steps:
+            assert isinstance(ev, E.Steps)
+            rank = STEP_RANK.get(ev.src, -1)
+            if rank > self._src:
+                self._src, self._steps = rank, 0
+            if rank == self._src:
+                self._steps = max(self._steps, ev.i0 + len(ev.ns))
+        elif kind is E.CompileStart:
+            assert isinstance(ev, E.CompileStart)
+            self._active.add(ev.compile_id)
+        elif kind is E.Compile:
+            assert isinstance(ev, E.Compile)
+            self._active.discard(ev.compile_id)
+            self.compiles += 1
+            self.recompiles += bool(ev.recompile_reason)
+        elif kind is E.GraphBreak:
+            self.graph_breaks += 1
+        elif kind is E.SessionStart:
+            if self.start_t is None:
+                self.start_t = ev.t
+        elif kind is E.Exit:
+            assert isinstance(ev, E.Exit)
+            self.exit = ExitInfo(ev.code, ev.signal or None, ev.t)
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    @property
+    def state(self) -> str:
+        if self.exit is not None:
+            return "exited"
+        if self._active:
+            return "compiling"
+        return "running" if self._steps or self.compiles else "starting"
 
 
 class Registry:
@@ -29,18 +83,17 @@ class Registry:
             "recording": os.path.abspath(recording),
             "mode": mode,
         }
-        # The counts and the state come from the events as they are recorded.
-        self.session = Session()
+        self.counts = RunCounts()
         self.job_pid: int | None = None
         self.tcp: str | None = None
         self._next = 0.0
 
-    def apply(self, ev: protocol.Event) -> None:
-        self.session.apply(ev)
+    def count(self, ev: E.Event) -> None:
+        self.counts.count(ev)
 
     @property
     def exit(self) -> ExitInfo | None:
-        return self.session.exit
+        return self.counts.exit
 
     def due(self) -> bool:
         now = time.monotonic()
@@ -50,27 +103,27 @@ class Registry:
         return True
 
     def write(self, state: str) -> None:
-        sess = self.session
+        c = self.counts
         f = self.fixed
         info = {
             "id": f["id"],
-            "state": sess.state if state == "running" else state,
+            "state": c.state if state == "running" else state,
             "supervisor_pid": os.getpid(),
             "job_pid": self.job_pid,
             "command": f["command"],
             "cwd": f["cwd"],
-            "start": sess.meta.start_t,
+            "start": c.start_t,
             "updated": time.time(),
             "recording": f["recording"],
             "mode": f["mode"],
-            "steps": sess.steps.count,
-            "compiles": sess.compile.compile_count,
-            "recompiles": sess.compile.recompile_count,
-            "graph_breaks": sess.compile.graph_break_count,
+            "steps": c.steps,
+            "compiles": c.compiles,
+            "recompiles": c.recompiles,
+            "graph_breaks": c.graph_breaks,
             "tcp": self.tcp,
         }
-        if sess.exit is not None:
-            info["exit_status"] = sess.exit.status
+        if c.exit is not None:
+            info["exit_status"] = c.exit.status
         try:
             tmp = self.path + ".tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -31,6 +31,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
 
 import ctmon
 from ctmon.launch.intake import Agent, Intake
@@ -40,7 +43,8 @@ from ctmon.launch.registry import Registry
 from ctmon.launch.sockets import listen_unix
 from ctmon.launch.spec import JobSpec
 from ctmon.launch.viewers import Controls, Viewer, Viewers
-from ctmon.store import ExitInfo, Session
+from ctmon.store import ExitInfo
+from ctmon.wire import events as E
 from ctmon.wire import protocol
 
 DRAIN_TIMEOUT_S = 2.0
@@ -73,7 +77,7 @@ class Supervisor:
         self.opts = opts
         self.sel = selectors.DefaultSelector()
         self.exit: ExitInfo | None = None
-        self.inbox: deque[protocol.Event] = deque()
+        self.inbox: deque[E.Event] = deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -90,13 +94,9 @@ class Supervisor:
             self.sel, self.recorder, Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin)
         )
         self.registry = Registry(opts.session_dir, opts.session_id, opts.mode, spec.display(), spec.cwd, opts.recording)
-        self.on_event: Callable[[protocol.Event], None] | None = None
+        self.on_event: Callable[[E.Event | E.Unknown], None] | None = None
+        self._encode = msgspec.json.Encoder().encode
         self.on_listening: Callable[[str, str], None] | None = None
-
-    @property
-    def session(self) -> Session:
-        """What was recorded, folded (the end-of-run summary reads it)."""
-        return self.registry.session
 
     @property
     def tcp_all_interfaces(self) -> bool:
@@ -136,16 +136,8 @@ class Supervisor:
             self.job.spawn(env)  # before our signal handlers: the job inherits the defaults
         except OSError as e:
             self._emit(self._session_event(start, None))
-            self._emit(
-                {
-                    "kind": protocol.NOTE,
-                    "t": time.time(),
-                    "level": "error",
-                    "source": "ctmon",
-                    "message": f"could not start {self.spec.python}: {e.strerror or e}",
-                }
-            )
-            self._emit({"kind": protocol.EXIT, "t": time.time(), "code": 127, "signal": None})
+            self._emit(_note(f"could not start {self.spec.python}: {e.strerror or e}", "error"))
+            self._emit(E.Exit(t=time.time(), code=127))
             self._finish()
             return self.exit or ExitInfo(127, None, time.time())
         assert self.job.proc is not None
@@ -163,21 +155,20 @@ class Supervisor:
         assert self.exit is not None
         return self.exit
 
-    def _session_event(self, start: float, job_pid: int | None) -> protocol.Event:
-        return {
-            "kind": protocol.SESSION,
-            "t": start,
-            "v": protocol.PROTOCOL_VERSION,
-            "ctmon": ctmon.__version__,
-            "id": self.opts.session_id,
-            "mode": self.opts.mode,
-            "command": self.spec.display(),
-            "cwd": self.spec.cwd,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "job_pid": job_pid,
-            "recording": os.path.abspath(self.opts.recording),
-        }
+    def _session_event(self, start: float, job_pid: int | None) -> E.SessionStart:
+        return E.SessionStart(
+            t=start,
+            v=protocol.PROTOCOL_VERSION,
+            ctmon=ctmon.__version__,
+            id=self.opts.session_id,
+            mode=self.opts.mode,
+            command=self.spec.display(),
+            cwd=self.spec.cwd,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            job_pid=job_pid,
+            recording=os.path.abspath(self.opts.recording),
+        )
 
     def _loop(self) -> None:
         job, intake = self.job, self.intake
@@ -228,11 +219,13 @@ class Supervisor:
 
     # ------------------------------------------------------------- recording
 
-    def _emit(self, ev: protocol.Event) -> None:
-        self._write_line(protocol.encode(ev), ev)
+    def _emit(self, ev: E.Event) -> None:
+        """An event the supervisor makes (its own, or from the step rings)."""
+        self._write_line(self._encode(ev) + b"\n", ev)
 
-    def _write_line(self, line: bytes, ev: protocol.Event) -> None:
-        self.registry.apply(ev)
+    def _write_line(self, line: bytes, ev: E.Event | E.Unknown) -> None:
+        if not isinstance(ev, E.Unknown):
+            self.registry.count(ev)
         if self.on_event is not None:
             self.on_event(ev)
         self.recorder.append(line)
@@ -244,15 +237,7 @@ class Supervisor:
         elif said == "resumed":
             _say("ctmon: recording resumed")
         if lost:
-            self._emit(
-                {
-                    "kind": protocol.NOTE,
-                    "t": time.time(),
-                    "level": "error",
-                    "source": "ctmon",
-                    "message": f"{lost} events were lost while the recording could not be written",
-                }
-            )
+            self._emit(_note(f"{lost} events were lost while the recording could not be written", "error"))
         self.viewers.wake_all()
 
     # ----------------------------------------------------------------- peers
@@ -285,15 +270,7 @@ class Supervisor:
         if self._peer_notes == MAX_PEER_NOTES:
             message += " (further such notes are left out)"
         try:
-            self._emit(
-                {
-                    "kind": protocol.NOTE,
-                    "t": time.time(),
-                    "level": "warning",
-                    "source": "ctmon",
-                    "message": protocol.clip(message, 500),
-                }
-            )
+            self._emit(_note(protocol.clip(message, 500) or "", "warning"))
         except Exception:
             pass
 
@@ -319,32 +296,28 @@ class Supervisor:
             procs = ProcessSampler(self.job.proc.pid)
             gpus = GpuSampler()
         except Exception as e:  # psutil missing or broken: no samples, job unaffected
-            self.inbox.append(
-                {
-                    "kind": protocol.NOTE,
-                    "t": time.time(),
-                    "level": "warning",
-                    "source": "sampler",
-                    "message": f"system sampling disabled: {type(e).__name__}: {e}",
-                }
-            )
+            note = _note(f"system sampling disabled: {type(e).__name__}: {e}", "warning")
+            note.source = "sampler"
+            self.inbox.append(note)
             _poke(self._wake_w)
             return
         first = True
         try:
             while not self._stop_sampler.wait(0.0 if first else self.opts.sample_interval):
-                ev: protocol.Event = {"kind": protocol.SAMPLE, "t": time.time()}
+                fields: dict[str, Any] = {"kind": "sample", "t": time.time()}
                 try:
-                    ev.update(procs.sample())
+                    fields.update(procs.sample())
                 except Exception:
                     pass
                 if gpus.available:
-                    ev["gpus"] = gpus.sample(procs.tree_pids())
+                    fields["gpus"] = gpus.sample(procs.tree_pids())
                 elif first:
-                    ev["gpu_error"] = gpus.error or "no GPU"
+                    fields["gpu_error"] = gpus.error or "no GPU"
                 first = False
-                self.inbox.append(ev)
-                _poke(self._wake_w)
+                ev = sample_event(fields)
+                if ev is not None:
+                    self.inbox.append(ev)
+                    _poke(self._wake_w)
         finally:
             gpus.close()
 
@@ -353,12 +326,12 @@ class Supervisor:
     def _finish(self) -> None:
         self.intake.drain_rings()  # every boundary the job wrote, even if it was killed
         self.job.check_exec(self.intake.pids(), alive=False)
-        ev = self.job.exit_event()
-        if ev is not None:
-            self._emit(ev)
+        exit_ev = self.job.exit_event()
+        if exit_ev is not None:
+            self._emit(exit_ev)
         while self.inbox:
             ev = self.inbox.popleft()
-            if ev.get("kind") != protocol.SAMPLE:
+            if not isinstance(ev, E.Sample):
                 self._emit(ev)
         self._flush()
         if self.recorder.pending:  # a last try (e.g. space was freed meanwhile)
@@ -420,3 +393,21 @@ def _poke(fd: int) -> None:
         os.write(fd, b"\0")
     except OSError:
         pass
+
+
+def _note(message: str, level: str = "info") -> E.Note:
+    return E.Note(t=time.time(), level=level, source="ctmon", message=message)
+
+
+def sample_event(fields: dict[str, Any]) -> E.Sample | None:
+    """The samplers' figures as a sample event, checked like any other event:
+    a figure of an unexpected type (a driver's odd reply) costs that sample,
+    never the recording's readability."""
+    try:
+        return msgspec.convert(fields, E.Sample)
+    except msgspec.ValidationError:
+        fields.pop("gpus", None)  # NVML's figures are the usual suspects
+        try:
+            return msgspec.convert(fields, E.Sample)
+        except msgspec.ValidationError:
+            return None

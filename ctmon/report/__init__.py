@@ -1,5 +1,2 @@
-"""Reports built from the store: JSON (stable, documented), text, Markdown."""
-
-from ctmon.report.build import REPORT_VERSION, build_report
-
-__all__ = ["REPORT_VERSION", "build_report"]
+"""Reports built from the store: JSON (stable, documented: ctmon/report/build.py), text, Markdown,
+and the CI gate."""

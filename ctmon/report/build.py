@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 import ctmon
 from ctmon.store import Session
 from ctmon.store.compiles import Frame
@@ -46,7 +48,7 @@ def build_report(s: Session) -> dict[str, Any]:
         "torch": s.meta.torch,
         "cuda": s.meta.cuda,
         "triton": s.meta.triton,
-        "devices": s.meta.devices,
+        "devices": [_fields(d) for d in s.meta.devices],
         "steps": {
             "count": st.count if st else 0,
             "source": s.steps.source,
@@ -83,7 +85,7 @@ def build_report(s: Session) -> dict[str, Any]:
                 "explanation": b.explanation,
                 "hints": b.hints,
                 "url": b.url,
-                "user_stack": b.user_stack,
+                "user_stack": [_fields(fr, omit_none=True) for fr in b.user_stack],
             }
             for b in cs.breaks_sorted()
         ],
@@ -98,7 +100,7 @@ def build_report(s: Session) -> dict[str, Any]:
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "findings": [f.as_dict() for f in s.findings()],
         "drops": dict(s.drops),
-        "notes": [{"level": n.get("level"), "source": n.get("source"), "message": n.get("message")} for n in s.notes],
+        "notes": [{"level": n.level, "source": n.source, "message": n.message} for n in s.notes],
     }
     # Values copied from events (devices, notes) can hold anything a writer
     # put there; the report is strict JSON regardless.
@@ -126,3 +128,9 @@ def _frame(f: Frame) -> dict[str, Any]:
         "time_s": _r(f.time_s),
         "compile_ids": [c.compile_id for c in f.compiles][:100],
     }
+
+
+def _fields(obj: msgspec.Struct, omit_none: bool = False) -> dict[str, Any]:
+    """A typed value as the JSON object the report shows (every field, by name)."""
+    out = {name: msgspec.to_builtins(getattr(obj, name)) for name in obj.__struct_fields__}
+    return {k: v for k, v in out.items() if v is not None} if omit_none else out

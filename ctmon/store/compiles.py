@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctmon.store.values import finite, nonempty
-from ctmon.wire import protocol
+from ctmon.store.values import nonempty
+from ctmon.wire import events as E
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
@@ -129,7 +129,7 @@ class BreakSite:
     detail: str | None = None  # full reason text
     explanation: str | None = None
     hints: list[str] = field(default_factory=list)
-    user_stack: list[dict[str, Any]] = field(default_factory=list)
+    user_stack: list[E.StackFrame] = field(default_factory=list)
     url: str | None = None
     gb_id: str | None = None
     count: int = 0
@@ -176,101 +176,91 @@ class CompileState:
         self.time_saved_s = 0.0
         self.autotune_kernels = 0
         self.autotune_cached = 0
-        self.autotune_events: list[dict[str, Any]] = []
+        self.autotune_events: list[E.Autotune] = []
         self.cudagraph_skips: Counter[str] = Counter()
         self.recompile_limit: int | None = None
-        self.active: dict[str, dict[str, Any]] = {}  # compile id -> start info
+        self.active: dict[str, E.CompileStart] = {}  # compile id -> its start
         self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, list[str]] = {}
 
     # ---- events ----
 
-    def on_start(self, ev: protocol.Event) -> None:
-        cid = str(ev.get("compile_id"))
-        self.active[cid] = ev
-        if isinstance(ev.get("recompile_limit"), int):
-            self.recompile_limit = ev["recompile_limit"]
-        fid = ev.get("frame_id")
-        frame = self.frames.get(fid)
-        if frame is None:
+    def on_start(self, ev: E.CompileStart) -> None:
+        self.active[str(ev.compile_id)] = ev
+        if ev.recompile_limit is not None:
+            self.recompile_limit = ev.recompile_limit
+        fid = ev.frame_id
+        if fid not in self.frames:
             self.frames[fid] = self._new_frame(fid, ev)
 
-    def _new_frame(self, fid: Any, start: protocol.Event | None, metrics: protocol.Event | None = None) -> Frame:
-        src = start or {}
-        code = Location(nonempty(src.get("file")), _line(src.get("line")), nonempty(src.get("name")))
+    def _new_frame(self, fid: Any, start: E.CompileStart | None, metrics: E.Compile | None = None) -> Frame:
+        if start is not None:
+            code = Location(nonempty(start.file), start.line, nonempty(start.name))
+        else:
+            code = Location()
         if metrics is not None and not code.file:
-            code = Location(
-                nonempty(metrics.get("co_filename")),
-                _line(metrics.get("co_firstlineno")),
-                nonempty(metrics.get("co_name")),
-            )
-        module = src.get("module") if isinstance(src.get("module"), str) else None
-        mfile, mline = nonempty(src.get("module_file")), _line(src.get("module_line"))
+            code = Location(nonempty(metrics.co_filename), metrics.co_firstlineno, nonempty(metrics.co_name))
+        module = start.module if start is not None else None
         loc = Location(code.file, code.line, display_name(code.name))
-        if start is None or src.get("user_code", True):
-            if module and mfile == code.file and mline == code.line:
+        if start is None or start.user_code:
+            if module and start is not None and start.module_file == code.file and start.module_line == code.line:
                 loc.name = f"{module}.{code.name}"  # the user's forward(), compiled directly
-        elif module and src.get("module_user"):
+        elif module and start.module_user:
             # torch.compile(module): Dynamo compiled torch's wrapper; point at the module's forward()
-            loc = Location(mfile, mline, f"{module}.forward")
-        elif isinstance(src.get("user"), dict):
-            u = src["user"]
-            loc = Location(nonempty(u.get("file")), _line(u.get("line")), module or code.name)
+            loc = Location(nonempty(start.module_file), start.module_line, f"{module}.forward")
+        elif start.user is not None:
+            u = start.user
+            loc = Location(nonempty(u.file), u.line, module or code.name)
         return Frame(frame_id=fid, loc=loc, code=code, module=module)
 
-    def on_reasons(self, ev: protocol.Event) -> None:
-        reasons = ev.get("reasons")
-        if isinstance(reasons, list):
-            self._reasons[str(ev.get("compile_id"))] = [str(r) for r in reasons][:64]
+    def on_reasons(self, ev: E.RecompileReasons) -> None:
+        self._reasons[str(ev.compile_id)] = list(ev.reasons[:64])
 
-    def on_compile(self, ev: protocol.Event) -> CompileRecord:
-        cid = str(ev.get("compile_id"))
+    def on_compile(self, ev: E.Compile) -> CompileRecord:
+        cid = str(ev.compile_id)
         start = self.active.pop(cid, None)
-        fid = ev.get("frame_id")
+        fid = ev.frame_id
         if fid is None and start is not None:
-            fid = start.get("frame_id")
+            fid = start.frame_id
         frame = self.frames.get(fid)
         if frame is None:
             frame = self.frames[fid] = self._new_frame(fid, start, ev)
-        elif not frame.code.name and nonempty(ev.get("co_name")):
-            frame.code = Location(
-                nonempty(ev.get("co_filename")), _line(ev.get("co_firstlineno")), nonempty(ev.get("co_name"))
-            )
-        t = finite(ev.get("t")) or 0.0
-        time_s = max(0.0, finite(ev.get("entire_frame_compile_time_s")) or 0.0)
+        elif not frame.code.name and nonempty(ev.co_name):
+            frame.code = Location(nonempty(ev.co_filename), ev.co_firstlineno, nonempty(ev.co_name))
+        time_s = max(0.0, ev.entire_frame_compile_time_s or 0.0)
         rec = CompileRecord(
             compile_id=cid,
             frame_id=fid,
-            t=t,
-            start_t=finite(ev.get("start_time")) or (finite(start.get("t")) if start else None),
+            t=ev.t,
+            start_t=ev.start_time or (start.t if start is not None else None),
             time_s=time_s,
-            backend_s=finite(ev.get("backend_compile_time_s")),
-            inductor_s=finite(ev.get("inductor_compile_time_s")),
-            recompile_reason=_str(ev.get("recompile_reason")),
+            backend_s=ev.backend_compile_time_s,
+            inductor_s=ev.inductor_compile_time_s,
+            recompile_reason=ev.recompile_reason or None,
             guard_failures=self._reasons.pop(cid, []),
-            fail_type=_str(ev.get("fail_type")),
-            fail_reason=_str(ev.get("fail_reason")),
-            cache_size=ev.get("cache_size") if isinstance(ev.get("cache_size"), int) else None,
-            graph_ops=ev.get("graph_op_count") if isinstance(ev.get("graph_op_count"), int) else None,
-            guards=ev.get("guard_count") if isinstance(ev.get("guard_count"), int) else None,
-            restarts=[str(r) for r in ev.get("restart_reasons") or [] if r][:10],
-            cudagraph_skip=_str(ev.get("cudagraph_skip_reason")),
-            fx_hits=_int(ev.get("inductor_fx_local_cache_hit_count")),
-            fx_misses=_int(ev.get("inductor_fx_local_cache_miss_count")),
+            fail_type=ev.fail_type or None,
+            fail_reason=ev.fail_reason or None,
+            cache_size=ev.cache_size,
+            graph_ops=ev.graph_op_count,
+            guards=ev.guard_count,
+            restarts=[r for r in ev.restart_reasons if r][:10],
+            cudagraph_skip=ev.cudagraph_skip_reason or None,
+            fx_hits=ev.inductor_fx_local_cache_hit_count or 0,
+            fx_misses=ev.inductor_fx_local_cache_miss_count or 0,
         )
         if rec.recompile_reason and not rec.guard_failures:
             rec.guard_failures = [rec.recompile_reason]
         rec.limit_hit = is_limit_hit(rec.fail_type, rec.fail_reason)
         rec.ok = rec.fail_type is None
         rec.graph_breaks = self._breaks_by_compile.pop(cid, 0)
-        if isinstance(ev.get("recompile_limit"), int):
-            self.recompile_limit = ev["recompile_limit"]
+        if ev.recompile_limit is not None:
+            self.recompile_limit = ev.recompile_limit
         frame.recompile_limit = self.recompile_limit
         frame.compiles.append(rec)
         if rec.limit_hit:
             frame.limit_hit = True
             self.limit_hits += 1
-        elif rec.ok and ev.get("has_guarded_code", True) is not False:
+        elif rec.ok and ev.has_guarded_code is not False:
             frame.entries = max(frame.entries, (rec.cache_size or 0) + 1)
         if not rec.ok and not rec.limit_hit:
             self.failures += 1
@@ -284,21 +274,20 @@ class CompileState:
             self.compiles.append(rec)
         return rec
 
-    def on_bwd(self, ev: protocol.Event) -> None:
+    def on_bwd(self, ev: E.BwdCompile) -> None:
         self.bwd_compiles += 1
-        dur = finite(ev.get("duration_us"))
-        secs = dur / 1e6 if dur is not None else (finite(ev.get("inductor_compile_time_s")) or 0.0)
+        dur = ev.duration_us
+        secs = dur / 1e6 if dur is not None else (ev.inductor_compile_time_s or 0.0)
         self.bwd_time_s += max(0.0, secs)
-        skip = _str(ev.get("cudagraph_skip_reason"))
-        if skip:
-            self.cudagraph_skips[skip[:300]] += 1
+        if ev.cudagraph_skip_reason:
+            self.cudagraph_skips[ev.cudagraph_skip_reason[:300]] += 1
 
-    def on_graph_break(self, ev: protocol.Event) -> BreakSite:
-        file, line = nonempty(ev.get("file")), _line(ev.get("line"))
-        summary = _str(ev.get("summary")) or _str(ev.get("reason")) or "graph break"
+    def on_graph_break(self, ev: E.GraphBreak) -> BreakSite:
+        file, line = nonempty(ev.file), ev.line
+        summary = ev.summary or ev.reason or "graph break"
         key = (file, line)
         site = self.breaks.get(key)
-        t = finite(ev.get("t")) or 0.0
+        t = ev.t
         if site is None:
             site = self.breaks[key] = BreakSite(file=file, line=line, reason=summary, first_t=t)
         site.count += 1
@@ -306,46 +295,38 @@ class CompileState:
         site.reasons[summary] += 1
         site.reason = site.reasons.most_common(1)[0][0]
         if summary == site.reason or site.detail is None:
-            site.detail = _str(ev.get("reason"))
-            site.explanation = _str(ev.get("explanation"))
-            hints = ev.get("hints")
-            site.hints = [str(h) for h in hints][:6] if isinstance(hints, list) else []
-            stack = ev.get("user_stack")
-            site.user_stack = [f for f in stack if isinstance(f, dict)][:12] if isinstance(stack, list) else []
-            site.url = _str(ev.get("url"))
-            site.gb_id = _str(ev.get("gb_id"))
-        cid = ev.get("compile_id")
-        if cid is not None:
-            cid = str(cid)
+            site.detail = ev.reason or None
+            site.explanation = ev.explanation or None
+            site.hints = list(ev.hints[:6])
+            site.user_stack = list(ev.user_stack[:12])
+            site.url = ev.url or None
+            site.gb_id = ev.gb_id or None
+        if ev.compile_id is not None:
+            cid = ev.compile_id
             if len(site.compile_ids) < self.MAX_SITE_IDS:
                 site.compile_ids.append(cid)
             if len(self._breaks_by_compile) < 100_000:
                 self._breaks_by_compile[cid] = self._breaks_by_compile.get(cid, 0) + 1
-        site.frame_ids.add(ev.get("frame_id"))
+        site.frame_ids.add(ev.frame_id)
         self.graph_break_count += 1
         return site
 
-    def on_cache(self, ev: protocol.Event) -> None:
-        cache, result = ev.get("cache"), ev.get("result")
-        if not isinstance(cache, str) or result not in ("hit", "miss", "bypass"):
+    def on_cache(self, ev: E.CacheResult) -> None:
+        cache, result = ev.cache, ev.result
+        if cache is None or result not in ("hit", "miss", "bypass"):
             return
         counts = self.cache.setdefault(cache, CacheCounts())
         setattr(counts, result, getattr(counts, result) + 1)
-        if result == "miss" and ev.get("detail") == "guard_miss":
+        if result == "miss" and ev.detail == "guard_miss":
             self.guard_misses[cache] = self.guard_misses.get(cache, 0) + 1
-        if result == "bypass" and ev.get("reason"):
-            self.bypass_reasons[f"{cache}: {str(ev['reason'])[:300]}"] += 1
-        saved = finite(ev.get("time_saved_s"))
-        if saved and saved > 0 and result == "hit" and cache == "aot_autograd":
+        if result == "bypass" and ev.reason:
+            self.bypass_reasons[f"{cache}: {ev.reason[:300]}"] += 1
+        saved = ev.time_saved_s
+        if saved is not None and saved > 0 and result == "hit" and cache == "aot_autograd":
             self.time_saved_s += saved
 
-    def on_autotune(self, ev: protocol.Event) -> None:
-        kernels = ev.get("kernels")
-        if not isinstance(kernels, list):
-            return
-        for k in kernels:
-            if not isinstance(k, dict):
-                continue
+    def on_autotune(self, ev: E.Autotune) -> None:
+        for k in ev.kernels:
             self.autotune_kernels += 1
             state = str(k.get("autotune_cache_state") or k.get("cache_state") or "")
             if state in ("hit", "local_hit", "remote_hit") or k.get("cached") is True:
@@ -360,15 +341,3 @@ class CompileState:
 
     def breaks_sorted(self) -> list[BreakSite]:
         return sorted(self.breaks.values(), key=lambda b: (-b.count, str(b.file or ""), b.line or 0))
-
-
-def _line(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _int(v: Any) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None

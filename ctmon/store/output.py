@@ -29,6 +29,13 @@ class OutputBuffer:
 
     def feed(self, stream: str, data: str) -> None:
         self.total_chars += len(data)
+        if data[-1:] == "\n" and "\r" not in data and not self._partial.get(stream) and len(data) <= MAX_LINE_CHARS:
+            # the usual chunk, whole lines of a logging loop: no partial line to
+            # join, no progress bar to resolve, nothing to cut
+            lines = data[:-1].split("\n")
+            self.lines.extend(OutputLine(stream, text) for text in lines)
+            self.total_lines += len(lines)
+            return
         buf = self._partial.get(stream, "") + data
         parts = buf.split("\n")
         for part in parts[:-1]:

@@ -1,9 +1,10 @@
 """The session store: every event folds into one state object.
 
 Pure Python -- no torch, no textual, no I/O. Live view, replay, report and
-the CI gate all read this object, so they cannot disagree. ``apply`` never
-raises on malformed input (fields of the wrong type are ignored), which the
-fuzz tests check.
+the CI gate all read this object, so they cannot disagree. Events arrive
+typed (ctmon/wire/events.py), validated where their bytes entered the
+process; an event built in memory as a dict is validated the same way on its
+way in. ``apply`` never raises, which the fuzz tests check.
 
 ``rev`` counts changes per section ("steps", "compile", "samples", "output",
 "log", "meta") so a viewer repaints only what changed.
@@ -11,19 +12,24 @@ fuzz tests check.
 
 from __future__ import annotations
 
+import copy
 import signal as _signal
 from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from typing import Any, cast
 
 from ctmon.store.compiles import CompileState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.steps import StepClock
-from ctmon.store.values import finite, nonempty
+from ctmon.store.values import nonempty
+from ctmon.wire import events as E
 from ctmon.wire import protocol
+from ctmon.wire.decode import from_dict
 
-_INF = float("inf")
 LOG_MAX = 5000
+STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 
 
@@ -51,7 +57,7 @@ class Meta:
     torch: str | None = None
     cuda: str | None = None
     triton: str | None = None
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[E.CudaDevice] = field(default_factory=list)
     cache_dir: str | None = None
     cache_entries: dict[str, int] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -87,8 +93,8 @@ class Session:
         self.output = OutputBuffer()
         self.log: deque[LogEntry] = deque(maxlen=LOG_MAX)
         self.log_counts: Counter[str] = Counter()
-        self.samples: deque[protocol.Event] = deque(maxlen=SAMPLES_MAX)
-        self.notes: list[protocol.Event] = []
+        self.samples: deque[E.Sample] = deque(maxlen=SAMPLES_MAX)
+        self.notes: list[E.Note] = []
         self.exit: ExitInfo | None = None
         self.drops = {"steps": 0, "events": 0}
         self.events = 0
@@ -101,260 +107,300 @@ class Session:
         self.rev: Counter[str] = Counter()
         self._findings: list[Any] = []
         self._findings_key: Any = None
-        self._handlers = {
-            protocol.SESSION: self._on_session,
-            protocol.PROCESS: self._on_process,
-            protocol.TORCH: self._on_torch,
-            protocol.DEVICES: self._on_devices,
-            protocol.COMPILE_START: self._on_compile_start,
-            protocol.COMPILE: self._on_compile,
-            protocol.BWD_COMPILE: self._on_bwd,
-            protocol.RECOMPILE_REASONS: self._on_reasons,
-            protocol.GRAPH_BREAK: self._on_graph_break,
-            protocol.CACHE: self._on_cache,
-            protocol.AUTOTUNE: self._on_autotune,
-            protocol.CUDAGRAPH: self._on_cudagraph,
-            protocol.STEPS: self._on_steps,
-            protocol.DEVICE_TIME: self._on_device_time,
-            protocol.DROPS: self._on_drops,
-            protocol.NOTE: self._on_note,
-            protocol.OUTPUT: self._on_output,
-            protocol.SAMPLE: self._on_sample,
-            protocol.EXIT: self._on_exit,
+        self._handlers: dict[type[E.Event], Callable[[Any], None]] = {
+            E.SessionStart: self._on_session,
+            E.Process: self._on_process,
+            E.Torch: self._on_torch,
+            E.Devices: self._on_devices,
+            E.CompileStart: self._on_compile_start,
+            E.Compile: self._on_compile,
+            E.BwdCompile: self._on_bwd,
+            E.RecompileReasons: self._on_reasons,
+            E.GraphBreak: self._on_graph_break,
+            E.CacheResult: self._on_cache,
+            E.Autotune: self._on_autotune,
+            E.Cudagraph: self._on_cudagraph,
+            E.Steps: self._on_steps,
+            E.DeviceTime: self._on_device_time,
+            E.Drops: self._on_drops,
+            E.Note: self._on_note,
+            E.Output: self._on_output,
+            E.Sample: self._on_sample,
+            E.Exit: self._on_exit,
         }
 
     # ---- folding ----
 
-    def apply(self, ev: protocol.Event) -> None:
+    def apply(self, ev: E.Event | E.Unknown | dict[str, Any]) -> None:
+        """Fold one event. A dict (built in memory: tests, tools) is validated
+        first, like a line read off the wire."""
         self.events += 1
-        kind = ev.get("kind")
-        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        if type(ev) is dict:
+            typed = self._typed(ev)
+            if typed is None:
+                return
+            ev = typed
+        handler = self._handlers.get(type(ev))  # type: ignore[arg-type]
         if handler is None:
-            self.unknown[str(kind)[:40]] += 1
+            self.unknown[str(getattr(ev, "kind", None))[:40]] += 1
             return
+        t = cast(E.Event, ev).t
+        if t > 0:
+            if self.first_t is None or t < self.first_t:
+                self.first_t = t
+            if self.last_t is None or t > self.last_t:
+                self.last_t = t
         try:
-            t = ev.get("t")
-            if type(t) is not float or t != t or t == _INF:  # decode() already gives finite floats
-                t = finite(t)
-            if t is not None and t > 0:
-                if self.first_t is None or t < self.first_t:
-                    self.first_t = t
-                if self.last_t is None or t > self.last_t:
-                    self.last_t = t
             handler(ev)
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError):
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            # typed, yet out of range (an int too large for a float, ...)
             self.bad_events += 1
 
-    def apply_all(self, events: Any) -> Session:
+    def _typed(self, obj: dict[str, Any]) -> E.Event | None:
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or kind not in E.KINDS:
+            self.unknown[str(kind)[:40]] += 1
+            return None
+        ev = from_dict(obj)
+        if ev is None:
+            self.bad_events += 1
+        return ev
+
+    def apply_all(self, events: Iterable[E.Event | E.Unknown | dict[str, Any]]) -> Session:
+        # Most of a long run's events are step batches: they go in together,
+        # a few thousand at a time (the same work as apply() on each, in one
+        # loop). Only step events read or write the step clock, so folding
+        # them a little later than the output and samples around them gives
+        # the same store; device windows, which name step indices, wait for
+        # the steps before them.
+        steps_kind, device_kind, handlers, apply = E.Steps, E.DeviceTime, self._handlers, self.apply
+        run: list[E.Steps] = []
         for ev in events:
-            self.apply(ev)
+            kind = type(ev)
+            if kind is steps_kind:
+                self.events += 1  # counted in stream order, folded with its run
+                run.append(ev)  # type: ignore[arg-type]
+                if len(run) >= STEPS_RUN:
+                    self._fold_steps(run)
+                    run = []
+                continue
+            if run and kind is device_kind:
+                self._fold_steps(run)
+                run = []
+            handler = handlers.get(kind)  # type: ignore[arg-type]
+            first, last = self.first_t, self.last_t
+            if handler is None or first is None or last is None:
+                apply(ev)  # the general way: dicts, unknown kinds, the first events
+                continue
+            # what apply() does, inline: most events are output lines and samples
+            self.events += 1
+            t = ev.t  # type: ignore[union-attr]
+            if t > last:
+                self.last_t = t
+            elif 0 < t < first:
+                self.first_t = t
+            try:
+                handler(ev)
+            except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+                self.bad_events += 1
+        if run:
+            self._fold_steps(run)
         return self
 
-    def _log(self, t: Any, kind: str, text: str, severity: str = "info", ref: Any = None) -> None:
-        self.log.append(LogEntry(finite(t) or 0.0, kind, text, severity, ref))
+    def _fold_steps(self, run: list[E.Steps]) -> None:
+        times = [ev.t for ev in run if ev.t > 0]
+        if times:
+            lo, hi = min(times), max(times)
+            if self.first_t is None or lo < self.first_t:
+                self.first_t = lo
+            if self.last_t is None or hi > self.last_t:
+                self.last_t = hi
+        try:
+            taken = self.steps.on_steps_run(run)
+        except (TypeError, ValueError, OverflowError):
+            self.bad_events += 1
+            return
+        self.rev["steps"] += taken
+
+    def _log(self, t: float, kind: str, text: str, severity: str = "info", ref: Any = None) -> None:
+        self.log.append(LogEntry(t, kind, text, severity, ref))
         self.log_counts[kind] += 1
         self.rev["log"] += 1
 
-    def _on_session(self, ev: protocol.Event) -> None:
+    def _on_session(self, ev: E.SessionStart) -> None:
         if self._session_seen:
             # Two recordings joined into one file (cat a b > c): the later
             # header would relabel the first run's events. Keep the first.
             self._on_note(
-                {
-                    "kind": protocol.NOTE,
-                    "t": ev.get("t"),
-                    "level": "warning",
-                    "source": "ctmon",
-                    "message": f"recording holds a second session header at event {self.events} "
+                E.Note(
+                    t=ev.t,
+                    level="warning",
+                    source="ctmon",
+                    message=f"recording holds a second session header at event {self.events} "
                     "(two recordings concatenated?); showing the first",
-                }
+                )
             )
             return
         self._session_seen = True
         m = self.meta
-        m.session_id = nonempty(ev.get("id")) or m.session_id
-        cmd = ev.get("command")
-        if isinstance(cmd, list):
-            m.command = [str(c) for c in cmd]
-        m.cwd = nonempty(ev.get("cwd")) or m.cwd
-        m.host = nonempty(ev.get("host")) or m.host
-        m.mode = nonempty(ev.get("mode")) or m.mode
-        m.ctmon_version = nonempty(ev.get("ctmon")) or m.ctmon_version
-        v = ev.get("v")
-        if isinstance(v, int):
-            m.protocol_version = v
-            self.newer_protocol = v > protocol.PROTOCOL_VERSION
-        if isinstance(ev.get("pid"), int):
-            m.supervisor_pid = ev["pid"]
-        if isinstance(ev.get("job_pid"), int):
-            m.pid = ev["job_pid"]
-        m.recording = nonempty(ev.get("recording")) or m.recording
-        if finite(ev.get("t")):
-            m.start_t = finite(ev.get("t"))
+        m.session_id = nonempty(ev.id) or m.session_id
+        if ev.command:
+            m.command = list(ev.command)
+        m.cwd = nonempty(ev.cwd) or m.cwd
+        m.host = nonempty(ev.host) or m.host
+        m.mode = nonempty(ev.mode) or m.mode
+        m.ctmon_version = nonempty(ev.ctmon) or m.ctmon_version
+        if ev.v is not None:
+            m.protocol_version = ev.v
+            self.newer_protocol = ev.v > protocol.PROTOCOL_VERSION
+        if ev.pid is not None:
+            m.supervisor_pid = ev.pid
+        if ev.job_pid is not None:
+            m.pid = ev.job_pid
+        m.recording = nonempty(ev.recording) or m.recording
+        if ev.t:
+            m.start_t = ev.t
         self.rev["meta"] += 1
 
-    def _on_process(self, ev: protocol.Event) -> None:
-        if isinstance(ev.get("pid"), int):
-            self.meta.pid = ev["pid"]
-        self.meta.python = nonempty(ev.get("python")) or self.meta.python
+    def _on_process(self, ev: E.Process) -> None:
+        if ev.pid is not None:
+            self.meta.pid = ev.pid
+        self.meta.python = nonempty(ev.python) or self.meta.python
         self.rev["meta"] += 1
 
-    def _on_torch(self, ev: protocol.Event) -> None:
+    def _on_torch(self, ev: E.Torch) -> None:
         m = self.meta
-        m.torch = nonempty(ev.get("torch")) or m.torch
-        m.cuda = nonempty(ev.get("cuda")) or m.cuda
-        m.triton = nonempty(ev.get("triton")) or m.triton
-        m.cache_dir = nonempty(ev.get("cache_dir")) or m.cache_dir
-        entries = ev.get("cache_entries")
-        if isinstance(entries, dict):
-            m.cache_entries = {str(k): int(v) for k, v in entries.items() if isinstance(v, int)}
-        env = ev.get("env")
-        if isinstance(env, dict):
-            m.env = {str(k): str(v) for k, v in env.items()}
+        m.torch = nonempty(ev.torch) or m.torch
+        m.cuda = nonempty(ev.cuda) or m.cuda
+        m.triton = nonempty(ev.triton) or m.triton
+        m.cache_dir = nonempty(ev.cache_dir) or m.cache_dir
+        if ev.cache_entries:
+            m.cache_entries = dict(ev.cache_entries)
+        if ev.env:
+            m.env = dict(ev.env)
         self.rev["meta"] += 1
 
-    def _on_devices(self, ev: protocol.Event) -> None:
-        devs = ev.get("cuda")
-        if isinstance(devs, list):
-            self.meta.devices = [d for d in devs if isinstance(d, dict)]
-            self.rev["meta"] += 1
+    def _on_devices(self, ev: E.Devices) -> None:
+        self.meta.devices = list(ev.cuda)
+        self.rev["meta"] += 1
 
-    def _on_compile_start(self, ev: protocol.Event) -> None:
+    def _on_compile_start(self, ev: E.CompileStart) -> None:
         self.compile.on_start(ev)
         self.rev["compile"] += 1
 
-    def _on_compile(self, ev: protocol.Event) -> None:
+    def _on_compile(self, ev: E.Compile) -> None:
         rec = self.compile.on_compile(ev)
         frame = self.compile.frames.get(rec.frame_id)
         where = frame.loc.text() if frame else "?"
         name = frame.title if frame else "?"
+        cid = rec.compile_id
         if rec.limit_hit:
-            self._log(
-                ev.get("t"),
-                "limit",
-                f"{rec.compile_id} {name} at {where}: recompile limit hit; this frame now runs eager",
-                "critical",
-                rec.compile_id,
-            )
+            text = f"{cid} {name} at {where}: recompile limit hit; this frame now runs eager"
+            self._log(ev.t, "limit", text, "critical", cid)
         elif not rec.ok:
-            self._log(
-                ev.get("t"),
-                "error",
-                f"{rec.compile_id} {name} at {where}: compile failed ({rec.fail_type}): {_first_line(rec.fail_reason)}",
-                "warning",
-                rec.compile_id,
-            )
+            text = f"{cid} {name} at {where}: compile failed ({rec.fail_type}): {_first_line(rec.fail_reason)}"
+            self._log(ev.t, "error", text, "warning", cid)
         elif rec.is_recompile:
-            self._log(
-                ev.get("t"),
-                "recompile",
-                f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s): {_first_line(rec.recompile_reason)}",
-                "warning",
-                rec.compile_id,
-            )
+            text = f"{cid} {name} at {where} ({rec.time_s:.2f}s): {_first_line(rec.recompile_reason)}"
+            self._log(ev.t, "recompile", text, "warning", cid)
         else:
-            self._log(
-                ev.get("t"),
-                "compile",
-                f"{rec.compile_id} {name} at {where} ({rec.time_s:.2f}s)",
-                "info",
-                rec.compile_id,
-            )
+            self._log(ev.t, "compile", f"{cid} {name} at {where} ({rec.time_s:.2f}s)", "info", cid)
         self.rev["compile"] += 1
 
-    def _on_bwd(self, ev: protocol.Event) -> None:
+    def _on_bwd(self, ev: E.BwdCompile) -> None:
         self.compile.on_bwd(ev)
         self.rev["compile"] += 1
 
-    def _on_reasons(self, ev: protocol.Event) -> None:
+    def _on_reasons(self, ev: E.RecompileReasons) -> None:
         self.compile.on_reasons(ev)
 
-    def _on_graph_break(self, ev: protocol.Event) -> None:
+    def _on_graph_break(self, ev: E.GraphBreak) -> None:
         site = self.compile.on_graph_break(ev)
-        self._log(
-            ev.get("t"),
-            "graph_break",
-            f"graph break at {site.loc.text()}: {site.reason}",
-            "warning",
-            (site.file, site.line),
-        )
+        text = f"graph break at {site.loc.text()}: {site.reason}"
+        self._log(ev.t, "graph_break", text, "warning", (site.file, site.line))
         self.rev["compile"] += 1
 
-    def _on_cache(self, ev: protocol.Event) -> None:
+    def _on_cache(self, ev: E.CacheResult) -> None:
         self.compile.on_cache(ev)
-        extra = f" ({str(ev.get('reason'))[:120]})" if ev.get("result") == "bypass" and ev.get("reason") else ""
-        self._log(
-            ev.get("t"),
-            "cache",
-            f"{ev.get('cache')} cache {ev.get('result')} [{ev.get('compile_id')}]{extra}",
-            "info",
-            ev.get("compile_id"),
-        )
+        extra = f" ({ev.reason[:120]})" if ev.result == "bypass" and ev.reason else ""
+        self._log(ev.t, "cache", f"{ev.cache} cache {ev.result} [{ev.compile_id}]{extra}", "info", ev.compile_id)
         self.rev["compile"] += 1
 
-    def _on_autotune(self, ev: protocol.Event) -> None:
+    def _on_autotune(self, ev: E.Autotune) -> None:
         self.compile.on_autotune(ev)
-        n = len(ev.get("kernels") or [])
-        self._log(
-            ev.get("t"),
-            "autotune",
-            f"Triton: {n} kernel(s) compiled/tuned [{ev.get('compile_id')}]",
-            "info",
-            ev.get("compile_id"),
-        )
+        text = f"Triton: {len(ev.kernels)} kernel(s) compiled/tuned [{ev.compile_id}]"
+        self._log(ev.t, "autotune", text, "info", ev.compile_id)
         self.rev["compile"] += 1
 
-    def _on_cudagraph(self, ev: protocol.Event) -> None:
-        reason = nonempty(ev.get("reason")) or nonempty(ev.get("message")) or "cudagraph event"
+    def _on_cudagraph(self, ev: E.Cudagraph) -> None:
+        reason = nonempty(ev.reason) or nonempty(ev.message) or "cudagraph event"
         self.compile.cudagraph_skips[reason[:300]] += 1
-        self._log(ev.get("t"), "cudagraph", f"cudagraphs: {reason[:200]}", "warning")
+        self._log(ev.t, "cudagraph", f"cudagraphs: {reason[:200]}", "warning")
         self.rev["compile"] += 1
 
-    def _on_steps(self, ev: protocol.Event) -> None:
+    def _on_steps(self, ev: E.Steps) -> None:
         if self.steps.on_steps(ev):
             self.rev["steps"] += 1
 
-    def _on_device_time(self, ev: protocol.Event) -> None:
+    def _on_device_time(self, ev: E.DeviceTime) -> None:
         if self.steps.on_device_time(ev):
             self.rev["steps"] += 1
 
-    def _on_drops(self, ev: protocol.Event) -> None:
-        for k in ("steps", "events"):
-            v = ev.get(k)
-            if isinstance(v, int) and v > self.drops[k]:
-                self.drops[k] = v
+    def _on_drops(self, ev: E.Drops) -> None:
+        if ev.steps is not None and ev.steps > self.drops["steps"]:
+            self.drops["steps"] = ev.steps
+        if ev.events is not None and ev.events > self.drops["events"]:
+            self.drops["events"] = ev.events
         self.rev["meta"] += 1
 
-    def _on_note(self, ev: protocol.Event) -> None:
+    def _on_note(self, ev: E.Note) -> None:
         if len(self.notes) < 1000:
             self.notes.append(ev)
-        level = nonempty(ev.get("level")) or "info"
-        sev = {"error": "warning", "warning": "warning"}.get(level, "info")
-        self._log(ev.get("t"), "note", _first_line(nonempty(ev.get("message")) or ""), sev)
+        sev = {"error": "warning", "warning": "warning"}.get(ev.level, "info")
+        self._log(ev.t, "note", _first_line(ev.message), sev)
 
-    def _on_output(self, ev: protocol.Event) -> None:
-        data = ev.get("data")
-        if isinstance(data, str):
-            self.output.feed(nonempty(ev.get("stream")) or "stdout", data)
-            self.rev["output"] += 1
+    def _on_output(self, ev: E.Output) -> None:
+        self.output.feed(ev.stream or "stdout", ev.data)
+        self.rev["output"] += 1
 
-    def _on_sample(self, ev: protocol.Event) -> None:
-        if isinstance(ev.get("gpu_error"), str):
-            self.meta.gpu_error = ev["gpu_error"][:300]  # sent once; samples roll over
+    def _on_sample(self, ev: E.Sample) -> None:
+        if ev.gpu_error is not None:
+            self.meta.gpu_error = ev.gpu_error[:300]  # sent once; samples roll over
         self.samples.append(ev)
         self.rev["samples"] += 1
 
-    def _on_exit(self, ev: protocol.Event) -> None:
-        code = ev.get("code")
-        sig = nonempty(ev.get("signal"))
-        self.exit = ExitInfo(code if isinstance(code, int) else None, sig, finite(ev.get("t")) or 0.0)
+    def _on_exit(self, ev: E.Exit) -> None:
+        sig = nonempty(ev.signal)
+        self.exit = ExitInfo(ev.code, sig, ev.t)
         before = self.output.total_lines
         self.output.flush_partial()
         if self.output.total_lines != before:
             self.rev["output"] += 1
         what = f"exited with code {self.exit.code}" if self.exit.code is not None else f"killed by {sig}"
-        self._log(ev.get("t"), "exit", f"job {what}", "critical" if self.exit.status != 0 else "info")
+        self._log(ev.t, "exit", f"job {what}", "critical" if self.exit.status != 0 else "info")
         self.rev["meta"] += 1
+
+    # ---- snapshots (replay) ----
+
+    def snapshot(self) -> Session:
+        """The store as it is now, cheap enough to take every few thousand
+        events of a day-long replay: step series are kept as marks (their
+        arrays only grow: see StepSeries.mark), and entries of the rolling
+        buffers, never changed once made, are shared. ``restored`` gives a
+        store to fold on from."""
+        return copy.deepcopy(self, self._sharing({id(s): s.mark() for s in self.steps.series.values()}))
+
+    @staticmethod
+    def restored(snapshot: Session) -> Session:
+        """A working store from a snapshot (which stays as it is)."""
+        return copy.deepcopy(snapshot, snapshot._sharing({}))
+
+    def _sharing(self, memo: dict[int, Any]) -> dict[int, Any]:
+        # compile records too: folding never changes one once made (the
+        # findings' cache of its parsed guard is the same in every copy)
+        for entry in chain(self.log, self.output.lines, self.samples, self.notes, self.compile.compiles):
+            memo[id(entry)] = entry
+        return memo
 
     # ---- derived ----
 
@@ -376,7 +422,7 @@ class Session:
             return None
         return max(0.0, end - start)
 
-    def latest_sample(self) -> protocol.Event | None:
+    def latest_sample(self) -> E.Sample | None:
         return self.samples[-1] if self.samples else None
 
     def findings(self) -> list[Any]:

@@ -42,7 +42,6 @@ from textual.message import Message
 from textual.screen import Screen
 
 from ctmon.store import ExitInfo, Session
-from ctmon.textsafe import clean_event
 from ctmon.tui.context import ReplayInfo, ViewContext
 from ctmon.tui.ingest import Handoff
 from ctmon.tui.main_screen import MainScreen, TabStrip
@@ -50,11 +49,11 @@ from ctmon.tui.panels import HeaderBar, KeyBar
 from ctmon.tui.panes import Pane
 from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
 from ctmon.tui.replay_control import ReplayControl
-from ctmon.tui.safe import clean
+from ctmon.tui.safe import clean, clean_event
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
 from ctmon.wire import protocol
-from ctmon.wire.feeds import Feed
+from ctmon.wire.feeds import Feed, FileBatch, RecordingFeed
 
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
@@ -106,7 +105,10 @@ class CtmonApp(App[AppResult]):
         self.feed = feed
         self.stop_grace = stop_grace  # Stop: SIGTERM, SIGKILL this long after (0: never)
         self.full = Session()  # everything read so far
-        self.timeline = Timeline() if replay else None
+        # a recording is read again from the file when the replay moves back
+        # (see Timeline), with the cleaning applied as it is read here
+        path = feed.path if isinstance(feed, RecordingFeed) else None
+        self.timeline = Timeline(path=path, transform=clean_event) if replay else None
         self.ctx = ViewContext(
             self.full,
             live=bool(feed.live) and not replay,
@@ -170,7 +172,8 @@ class CtmonApp(App[AppResult]):
                 if self._stop_reading:
                     break
                 # recorded strings cleaned here, off the UI thread (ctmon.textsafe)
-                self.handoff.put([clean_event(ev) for ev in batch])
+                cleaned = [clean_event(ev) for ev in batch]
+                self.handoff.put(FileBatch(cleaned, batch.end) if isinstance(batch, FileBatch) else cleaned)
         except Exception as e:  # a broken socket or file: say so, keep showing what we have
             error = f"{type(e).__name__}: {e}"
         self._post(FeedEnded(error))

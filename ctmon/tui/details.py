@@ -140,12 +140,12 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
     if site.user_stack:
         _section(out, "User stack (most recent call last)")
         for fr in site.user_stack:
-            file, line, name = fr.get("file"), fr.get("line"), fr.get("name")
+            file, line, name = fr.file, fr.line, fr.name
             internal = (
                 not file or str(file).startswith("<") or "/site-packages/" in str(file) or "/ctmon/agent/" in str(file)
             )
             out.append(f"  {fmt.where(file, line, cwd)} in {name}\n", "dim" if internal else "bold")
-            code = fr.get("code")
+            code = fr.code
             if code:
                 out.append(f"      {code}\n", "dim")
     ids = []

@@ -16,9 +16,10 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-Batch = list[dict[str, Any]]
+from ctmon.wire.events import Event, Unknown
+
+Batch = list[Event | Unknown]
 
 
 class Handoff:

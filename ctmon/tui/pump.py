@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from time import monotonic, perf_counter
-from typing import Any
 
 from ctmon.store import Session
-from ctmon.tui.ingest import Handoff
+from ctmon.tui.ingest import Batch, Handoff
 from ctmon.tui.timeline import Timeline
+from ctmon.wire.feeds import FileBatch
 
 REFRESH_MIN_S = 0.05  # at most 20 repaints a second
 STEADY_REFRESH_S = 0.2  # steps, samples and output alone: at most 5 repaints a second
@@ -55,7 +55,7 @@ class Pump:
         self.refresh_min_s = refresh_min_s
         self.steady_refresh_s = max(refresh_min_s, STEADY_REFRESH_S)
         self.applied = 0
-        self._carry: list[dict[str, Any]] = []  # the unfolded rest of a batch
+        self._carry: Batch = []  # the unfolded rest of a batch
         self._urgent_key: tuple[int, int, int] = (-1, -1, -1)
         self._last_refresh = 0.0
         self._last_lists = 0.0
@@ -72,7 +72,7 @@ class Pump:
         now. Returns how many events were folded and whether the deadline
         passed (events may then still be waiting)."""
         store, tl, handoff = self.store, self.timeline, self.handoff
-        apply = store.apply
+        apply_all = store.apply_all
         n = 0
         while True:
             if self._carry:
@@ -87,16 +87,14 @@ class Pump:
                     break
                 batch = taken
                 if tl is not None:
-                    tl.extend(batch)
+                    tl.extend(batch, batch.end if isinstance(batch, FileBatch) else None)
             done = len(batch)
             if deadline is None:
-                for ev in batch:
-                    apply(ev)
+                apply_all(batch)
             else:
                 # fold in small steps, so one slow batch cannot overrun the slice
                 for i in range(0, len(batch), SLICE_EVENTS):
-                    for ev in batch[i : i + SLICE_EVENTS]:
-                        apply(ev)
+                    apply_all(batch[i : i + SLICE_EVENTS])
                     if perf_counter() >= deadline and i + SLICE_EVENTS < len(batch):
                         done = i + SLICE_EVENTS
                         self._carry = batch[done:]

@@ -11,11 +11,42 @@ objects, which show brackets literally.
 
 from __future__ import annotations
 
+import msgspec
 from rich.text import Text
 
-from ctmon.textsafe import clean, unsafe_spans
+from ctmon.textsafe import clean, clean_tree, dirty, unsafe, unsafe_spans
+from ctmon.wire import events as E
 
-__all__ = ["ansi_text", "clean", "safe_text"]
+__all__ = ["ansi_text", "clean", "clean_event", "safe_text"]
+
+# Kinds with no free text (numbers and fixed names only), and the job's
+# output, which its own view cleans line by line (it keeps colours and
+# carriage returns, which make progress bars).
+_NO_TEXT_KINDS = (E.Steps, E.DeviceTime, E.Drops, E.Output, E.Unknown)
+
+
+def clean_event(event: E.Event | E.Unknown) -> E.Event | E.Unknown:
+    """``event`` with its strings cleaned; the same object when it is clean.
+
+    For a viewer that folds events into a store and then builds styled text
+    from it: rich drops BEL when text becomes a ``Text``, which would leave
+    ``ESC ] 0 ; title`` unterminated (shown as ``]0;title`` garbage) by the
+    time the view cleans it, so the viewer cleans events as they arrive.
+    """
+    kind = type(event)
+    if kind in _NO_TEXT_KINDS:
+        return event
+    if kind is E.Sample:  # once a second: its only text is GPU names and an error
+        assert isinstance(event, E.Sample)
+        if not (event.gpu_error and unsafe(event.gpu_error)) and not any(
+            g.name and unsafe(g.name) for g in event.gpus or ()
+        ):
+            return event
+    raw = msgspec.to_builtins(event)
+    if not dirty(raw):
+        return event
+    cleaned: E.Event | E.Unknown = msgspec.convert(clean_tree(raw), kind)
+    return cleaned
 
 
 def safe_text(text: Text, tab_size: int | None = 4) -> Text:

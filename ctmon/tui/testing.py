@@ -7,7 +7,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ctmon.wire.feeds import Feed
+from ctmon.wire.decode import typed
+from ctmon.wire.events import Event, Unknown
+from ctmon.wire.feeds import Batch, Feed
 
 
 class QueueFeed(Feed):
@@ -16,19 +18,20 @@ class QueueFeed(Feed):
     def __init__(self, live: bool = True) -> None:
         self.live = live
         self.name = "queue"
-        self._q: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
+        self._q: queue.Queue[Batch | None] = queue.Queue()
         self.controls: list[str] = []
         self.graces: list[float | None] = []
         self.stdin: list[str] = []
         self.closed = False
 
-    def push(self, events: list[dict[str, Any]]) -> None:
-        self._q.put(list(events))
+    def push(self, events: list[Event | Unknown | dict[str, Any]]) -> None:
+        """Events as a stream would bring them (dicts are validated on the way)."""
+        self._q.put([ev for ev in map(typed, events) if ev is not None])
 
     def end(self) -> None:
         self._q.put(None)
 
-    def batches(self) -> Iterator[list[dict[str, Any]]]:
+    def batches(self) -> Iterator[Batch]:
         while True:
             batch = self._q.get()
             if batch is None or self.closed:

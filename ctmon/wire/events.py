@@ -21,21 +21,33 @@ agent sends with these types, so the two cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
+#: A float that is a number: JSON has no NaN or infinity, and an event built
+#: in memory must not smuggle one in (a report is strict JSON; sums stay finite).
+Finite = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
+#: Nanoseconds between two step boundaries: never negative, and below ~146
+#: years (checked here, at C speed, instead of for each of 10M boundaries a day).
+Nanos = Annotated[int, msgspec.Meta(ge=0, lt=1 << 62)]
+
 
 class Event(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=True, gc=False):
-    """Fields every event has. ``t``: when it happened (Unix seconds)."""
+    """Fields every event has. ``t``: when it happened (Unix seconds).
 
-    t: float = 0.0
+    Encoded, an event leaves out fields at their defaults (most are "not
+    known"); the kinds the supervisor writes by the thousand, and whose every
+    field docs/PROTOCOL.md promises, write all of theirs
+    (``omit_defaults=False``)."""
+
+    t: Finite = 0.0
 
 
 # ------------------------------------------------------------------ the run
 
 
-class SessionStart(Event, tag="session"):
+class SessionStart(Event, tag="session", omit_defaults=False):
     """First line of a recording (the supervisor)."""
 
     v: int | None = None
@@ -53,7 +65,7 @@ class SessionStart(Event, tag="session"):
 
 class Clock(msgspec.Struct, gc=False):
     perf_ns: int
-    wall: float
+    wall: Finite
 
 
 class Process(Event, tag="process"):
@@ -96,7 +108,7 @@ class Devices(Event, tag="devices"):
     visible: str | None = None
 
 
-class Exit(Event, tag="exit"):
+class Exit(Event, tag="exit", omit_defaults=False):
     code: int | None = None
     signal: str | None = None
 
@@ -144,11 +156,11 @@ class Compile(Event, tag="compile"):
     graph_op_count: int | None = None
     graph_node_count: int | None = None
     graph_input_count: int | None = None
-    entire_frame_compile_time_s: float | None = None
-    backend_compile_time_s: float | None = None
-    inductor_compile_time_s: float | None = None
-    code_gen_time_s: float | None = None
-    dynamo_time_before_restart_s: float | None = None
+    entire_frame_compile_time_s: Finite | None = None
+    backend_compile_time_s: Finite | None = None
+    inductor_compile_time_s: Finite | None = None
+    code_gen_time_s: Finite | None = None
+    dynamo_time_before_restart_s: Finite | None = None
     fail_type: str | None = None
     fail_reason: str | None = None
     fail_user_frame_filename: str | None = None
@@ -165,14 +177,14 @@ class Compile(Event, tag="compile"):
     inductor_fx_remote_cache_miss_count: int | None = None
     aotautograd_local_cache_hit_count: int | None = None
     aotautograd_local_cache_miss_count: int | None = None
-    remote_cache_time_saved_s: float | None = None
-    structured_logging_overhead_s: float | None = None
-    triton_compile_time_us: float | None = None
-    start_time: float | None = None
+    remote_cache_time_saved_s: Finite | None = None
+    structured_logging_overhead_s: Finite | None = None
+    triton_compile_time_us: Finite | None = None
+    start_time: Finite | None = None
     is_forward: bool | None = None
     param_count: int | None = None
     param_numel: int | None = None
-    guard_latency_us: float | None = None
+    guard_latency_us: Finite | None = None
     recompile_limit: int | None = None
     rank: int | None = None
 
@@ -180,16 +192,16 @@ class Compile(Event, tag="compile"):
 class BwdCompile(Event, tag="bwd_compile"):
     compile_id: str | None = None
     frame_id: int | None = None
-    duration_us: float | None = None
-    inductor_compile_time_s: float | None = None
-    code_gen_time_s: float | None = None
+    duration_us: Finite | None = None
+    inductor_compile_time_s: Finite | None = None
+    code_gen_time_s: Finite | None = None
     fail_type: str | None = None
     fail_reason: str | None = None
     cudagraph_skip_reason: str | None = None
     inductor_fx_local_cache_hit_count: int | None = None
     inductor_fx_local_cache_miss_count: int | None = None
-    structured_logging_overhead_s: float | None = None
-    start_time: float | None = None
+    structured_logging_overhead_s: Finite | None = None
+    start_time: Finite | None = None
     rank: int | None = None
 
 
@@ -223,7 +235,7 @@ class CacheResult(Event, tag="cache"):
     key: str | None = None
     detail: str | None = None
     reason: str | None = None
-    time_saved_s: float | None = None
+    time_saved_s: Finite | None = None
     rank: int | None = None
 
 
@@ -244,22 +256,22 @@ class Cudagraph(Event, tag="cudagraph"):
 # ------------------------------------------------------------------- steps
 
 
-class Steps(Event, tag="steps"):
+class Steps(Event, tag="steps", omit_defaults=False):
     """A batch of step boundaries from the step ring (the supervisor)."""
 
     src: str = ""
     i0: int = 0
-    ns: list[int] = []
+    ns: list[Nanos] = []
 
 
-class DeviceTime(Event, tag="device_time"):
+class DeviceTime(Event, tag="device_time", omit_defaults=False):
     src: str = ""
     i0: int = 0
     i1: int = 0
-    ms: float = 0.0
+    ms: Finite = 0.0
 
 
-class Drops(Event, tag="drops"):
+class Drops(Event, tag="drops", omit_defaults=False):
     steps: int | None = None
     events: int | None = None
 
@@ -267,46 +279,61 @@ class Drops(Event, tag="drops"):
 # ----------------------------------------------------- messages and system
 
 
-class Note(Event, tag="note"):
+class Note(Event, tag="note", omit_defaults=False):
     level: str = "info"
     source: str | None = None
     message: str = ""
     missing_compiles: int | None = None
 
 
-class Output(Event, tag="output"):
+class Output(Event, tag="output", omit_defaults=False):
     stream: str = "stdout"
     data: str = ""
 
 
-class GpuSample(msgspec.Struct, omit_defaults=True, gc=False):
+class GpuSample(msgspec.Struct, gc=False):
     index: int | None = None
     name: str | None = None
-    util: float | None = None
-    mem_util: float | None = None
+    util: Finite | None = None
+    mem_util: Finite | None = None
     mem_used: int | None = None
     mem_total: int | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    temp_c: float | None = None
-    sm_clock_mhz: float | None = None
+    power_w: Finite | None = None
+    power_limit_w: Finite | None = None
+    temp_c: Finite | None = None
+    sm_clock_mhz: Finite | None = None
     proc_mem: int | None = None
 
 
 class Sample(Event, tag="sample"):
     """Process and GPU figures, about once a second (the supervisor)."""
 
-    cpu_percent: float | None = None
+    cpu_percent: Finite | None = None
     rss: int | None = None
     tree_rss: int | None = None
     threads: int | None = None
     procs: int | None = None
-    sys_cpu_percent: float | None = None
+    sys_cpu_percent: Finite | None = None
     sys_mem_used: int | None = None
     sys_mem_total: int | None = None
     cpus: int | None = None
     gpus: list[GpuSample] | None = None
     gpu_error: str | None = None
+
+
+class Refusal(Event, tag="error", omit_defaults=False):
+    """A supervisor turning a viewer away (bad token, too many viewers): a
+    message on the connection, never written to a recording."""
+
+    message: str = ""
+
+
+class Unknown(msgspec.Struct, gc=False):
+    """A line of a kind this version does not know (a newer writer's): not an
+    event to fold, but the store counts them by kind."""
+
+    kind: str
+    t: Finite = 0.0
 
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged decode
@@ -329,6 +356,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     Note,
     Output,
     Sample,
+    Refusal,
 ]
 
 #: kind -> its Struct
@@ -336,3 +364,8 @@ KINDS: dict[str, type[Event]] = {
     str(cls.__struct_config__.tag): cls
     for cls in AnyEvent.__args__  # type: ignore[attr-defined]
 }
+
+
+def kind_of(ev: Event | Unknown) -> str:
+    """The ``kind`` an event was written with."""
+    return ev.kind if isinstance(ev, Unknown) else str(ev.__struct_config__.tag)

@@ -22,9 +22,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from ctmon.wire import protocol
-from ctmon.wire.recording import ReadStats, open_recording, unreadable_note
+from ctmon.wire.decode import Decoder, typed
+from ctmon.wire.events import Event, Exit, Refusal, Unknown
+from ctmon.wire.recording import ReadStats, StreamDecoder, open_recording, unreadable_note
 
-Batch = list[protocol.Event]
+Batch = list[Event | Unknown]
+
+
+class FileBatch(list[Event | Unknown]):
+    """A batch read from a recording, with where in the file the next line
+    starts: a replay can read on from there again instead of keeping events."""
+
+    def __init__(self, events: Batch, end: int) -> None:
+        super().__init__(events)
+        self.end = end
+
+
 BATCH_MAX = 2000
 
 
@@ -47,8 +60,11 @@ class Feed:
 
 
 class ListFeed(Feed):
-    def __init__(self, events: list[protocol.Event], live: bool = False, name: str = "events") -> None:
-        self._events = events
+    def __init__(
+        self, events: list[Event | Unknown | dict[str, Any]], live: bool = False, name: str = "events"
+    ) -> None:
+        # dicts (tests, tools) are validated here, as a stream's lines would be
+        self._events = [ev for ev in map(typed, events) if ev is not None]
         self.live = live
         self.name = name
 
@@ -67,12 +83,12 @@ class RecordingFeed(Feed):
         self.live = follow
         self.poll_s = poll_s
         self.stats = ReadStats()
-        self._last_t: Any = None  # the last event's t, for the note on unreadable lines
+        self._last_t: float | None = None  # the last event's t, for the note on unreadable lines
         self._closed = threading.Event()
         self._f = open_recording(path)  # raises RecordingError with a clear message
 
     def batches(self) -> Iterator[Batch]:
-        splitter = protocol.LineSplitter()
+        dec = StreamDecoder(self.stats)
         f = self._f
         try:
             while not self._closed.is_set():
@@ -82,30 +98,16 @@ class RecordingFeed(Feed):
                         break
                     time.sleep(self.poll_s)
                     continue
-                batch, bad = protocol.decode_lines(splitter.feed(chunk))
-                self.stats.lines += len(batch) + bad
-                self.stats.bad_lines += bad
-                self.stats.events += len(batch)
-                if batch and self.stats.first_kind is None:
-                    self.stats.first_kind = batch[0]["kind"]
-                    if isinstance(batch[0].get("v"), int):
-                        self.stats.version = batch[0]["v"]
-                if self.follow and any(ev["kind"] == protocol.EXIT for ev in batch):
+                batch = dec.feed(chunk)
+                if self.follow and any(type(ev) is Exit for ev in batch):
                     self.follow = False
                 if batch:
-                    self._last_t = batch[-1].get("t")
-                    yield batch
-            tail = splitter.pending
-            if tail.strip():
-                # a last line without its newline: complete if it parses (as iter_stream does)
-                last = protocol.decode(tail)
-                if last is not None:
-                    self.stats.events += 1
-                    self._last_t = last.get("t")
-                    yield [last]
-                else:
-                    self.stats.truncated_tail = True
-            self.stats.oversized = splitter.oversized
+                    self._last_t = batch[-1].t
+                    yield FileBatch(batch, dec.offset)
+            last = dec.finish()
+            if last:  # a last line without its newline: it is in the file too
+                self._last_t = last[-1].t
+                yield FileBatch(last, dec.fed)
             note = unreadable_note(self.stats, self._last_t)
             if note is not None:
                 yield [note]
@@ -168,13 +170,13 @@ class SocketFeed(Feed):
         except OSError as e:
             s.close()
             raise FeedError(f"no answer from {where}: {e.strerror or e or 'timed out'}") from None
-        ev = protocol.decode(first.split(b"\n", 1)[0]) if b"\n" in first else None
-        if ev is None or ev["kind"] == "error":
+        ev = Decoder().decode(first.split(b"\n", 1)[0]) if b"\n" in first else None
+        if ev is None or isinstance(ev, Refusal):
             s.close()
-            message = ev.get("message") if ev is not None else None
+            message = ev.message if ev is not None else None
             if message == "authentication failed":
                 raise AuthError("authentication failed (check the session token)")
-            if isinstance(message, str):
+            if message:
                 raise FeedError(f"{where} refused the connection: {message[:200]}")
             raise FeedError(f"{where} closed the connection without sending the session")
         s.settimeout(None)
@@ -193,7 +195,7 @@ class SocketFeed(Feed):
         self.error: str | None = None
 
     def batches(self) -> Iterator[Batch]:
-        splitter = protocol.LineSplitter()
+        dec = StreamDecoder()
         sock = self._sock
         data, self._first = self._first, b""
         try:
@@ -205,16 +207,17 @@ class SocketFeed(Feed):
                         data = b""
                     if not data:
                         break
-                batch, _ = protocol.decode_lines(splitter.feed(data))
+                batch = dec.feed(data)
                 data = b""
-                errors = [ev for ev in batch if ev["kind"] == "error"]
+                errors = [ev for ev in batch if type(ev) is Refusal]
                 if errors:  # the supervisor says why it closes (e.g. too many viewers)
-                    self.error = str(errors[0].get("message"))[:200]
-                    batch = [ev for ev in batch if ev["kind"] != "error"]
+                    self.error = errors[0].message[:200]
+                    batch = [ev for ev in batch if type(ev) is not Refusal]
                 if batch:
                     yield batch
         finally:
-            self.oversized = splitter.oversized
+            dec.finish()
+            self.oversized = dec.stats.oversized
             self.disconnected = True
 
     def control(self, action: str, grace: float | None = None) -> bool:
@@ -223,7 +226,7 @@ class SocketFeed(Feed):
         the supervisor so it happens even if this viewer goes away."""
         if action not in ("interrupt", "terminate", "kill", "stop"):
             return False
-        ev: protocol.Event = {"kind": "control", "t": time.time(), "action": action}
+        ev: dict[str, Any] = {"kind": "control", "t": time.time(), "action": action}
         if action == "stop" and grace is not None:
             ev["grace"] = grace
         msg = protocol.encode(ev)

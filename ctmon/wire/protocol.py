@@ -1,9 +1,16 @@
-"""The one definition of ctmon's events, on the wire and in recordings.
+"""The standard-library side of ctmon's events: what the agent in the job uses.
 
 An event is a JSON object on one line (UTF-8, ``\\n``-terminated) with at least
 ``kind`` (str) and ``t`` (float, Unix seconds). A recording is the stream of
-events in a file; live viewers read the very same lines from a socket, so one
-decoder serves both. See docs/PROTOCOL.md for every kind and field.
+events in a file; live viewers read the very same lines from a socket. See
+docs/PROTOCOL.md for every kind and field; ctmon/wire/events.py is their typed
+definition, and ctmon/wire/decode.py turns lines into those types wherever a
+viewer-side process reads them.
+
+This module holds what must not need msgspec (it is imported inside the
+user's job, whose start-up it must not slow): the protocol's constants, the
+kind names, ``encode``, the line splitter, and ``decode`` for the small
+control lines a viewer sends the supervisor.
 
 Compatibility rules, which every reader here follows:
 
@@ -13,14 +20,15 @@ Compatibility rules, which every reader here follows:
   protocol version; a reader shows what it understands of a newer version and
   says so, rather than refusing.
 
-Stdlib only, and no pickle or eval anywhere: these bytes may come from a file
-or a socket that someone else wrote.
+No pickle or eval anywhere: these bytes may come from a file or a socket that
+someone else wrote.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -98,13 +106,21 @@ def encode(event: Event) -> bytes:
     """One event as a UTF-8 JSON line.
 
     Non-finite floats are not JSON; they are written as null rather than
-    producing a line that strict readers reject.
+    producing a line that strict readers reject. A lone surrogate (a file name
+    whose bytes are not UTF-8, as Python decodes it) becomes U+FFFD: the line
+    stays valid UTF-8, which readers require.
     """
     try:
         text = _encoder.encode(event)
     except ValueError:
         text = _encoder.encode(finite(event))
-    return (text + "\n").encode("utf-8", "surrogatepass")
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (LONE_SURROGATE.sub("\ufffd", text) + "\n").encode("utf-8")
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def finite(value: Any) -> Any:
@@ -119,7 +135,9 @@ def finite(value: Any) -> Any:
 
 
 def decode(line: bytes | str) -> Event | None:
-    """Parse one line; None if it is not a valid event (never raises)."""
+    """Parse one control line (a viewer's hello or control) into a dict; None
+    if it is not a JSON object with a string ``kind`` (never raises). Events
+    are decoded, typed, by ctmon/wire/decode.py."""
     if len(line) > MAX_LINE_BYTES:
         return None
     try:
@@ -167,11 +185,10 @@ def clip(text: Any, limit: int = MAX_TEXT) -> str | None:
     """Free text from PyTorch or the job, bounded for the wire."""
     if text is None:
         return None
-    if not isinstance(text, str):
-        text = str(text)
-    if len(text) <= limit:
-        return text
-    return text[: limit - 20] + f"… [{len(text) - limit + 20} chars cut]"
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= limit:
+        return s
+    return s[: limit - 20] + f"… [{len(s) - limit + 20} chars cut]"
 
 
 class LineSplitter:
@@ -236,42 +253,6 @@ class LineSplitter:
         return bytes(self._buf)
 
 
-def decode_lines(lines: list[bytes]) -> tuple[list[Event], int]:
-    """Decode many lines at once: (events, number of lines that were not events).
-
-    One ``json.loads`` over ``[line,line,...]`` costs far less than one call
-    per line. The batch is only trusted when every line is a braced object
-    and the batch yields exactly one object per line; otherwise each line is
-    decoded on its own, so the result is always what ``decode`` would give.
-    """
-    lines = [s for s in map(bytes.strip, lines) if s]
-    if not lines:
-        return [], 0
-    if all(s[:1] == b"{" and s[-1:] == b"}" for s in lines):
-        try:
-            objs = json.loads(b"[" + b",".join(lines) + b"]")
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            objs = None
-        if isinstance(objs, list) and len(objs) == len(lines):
-            out: list[Event] = []
-            for obj, line in zip(objs, lines, strict=True):
-                if type(obj) is not dict or not isinstance(obj.get("kind"), str):
-                    continue
-                if _may_be_deep(line) and too_deep(obj):
-                    continue
-                t = obj.get("t")
-                if type(t) is not float or t != t or t in (_INF, -_INF):
-                    obj["t"] = _time(t)
-                out.append(obj)
-            return out, len(lines) - len(out)
-    out = []
-    for ln in lines:
-        ev = decode(ln)
-        if ev is not None:
-            out.append(ev)
-    return out, len(lines) - len(out)
-
-
 def _time(t: Any) -> float:
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         return 0.0
@@ -283,8 +264,3 @@ def _time(t: Any) -> float:
 
 
 _INF = float("inf")
-
-
-def iter_lines_decoded(lines: Iterable[bytes]) -> Iterator[Event]:
-    events, _ = decode_lines(list(lines))
-    yield from events

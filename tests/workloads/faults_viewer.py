@@ -22,8 +22,9 @@ import resource
 import sys
 import time
 
-from ctmon.wire.feeds import SocketFeed
 from ctmon.store import Session
+from ctmon.wire.events import kind_of
+from ctmon.wire.feeds import SocketFeed
 
 
 def _write(path: str, status: dict) -> None:
@@ -46,8 +47,8 @@ def main() -> None:
         for ev in batch:
             session.apply(ev)
         if status["first"] is None:
-            status["first"] = batch[0]["kind"]
-        status["last"] = batch[-1]["kind"]
+            status["first"] = kind_of(batch[0])
+        status["last"] = kind_of(batch[-1])
         status["events"] += len(batch)
         now = time.monotonic()
         if now - last_write > 0.2:

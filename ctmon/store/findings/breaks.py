@@ -223,8 +223,8 @@ def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
     for b in sites[:10]:
         where = f"{b.file}:{b.line}" if b.file else "?"
         code = ""
-        if b.user_stack and b.user_stack[-1].get("code"):
-            code = f"  `{strip_comment(b.user_stack[-1]['code'])}`"
+        if b.user_stack and b.user_stack[-1].code:
+            code = f"  `{strip_comment(b.user_stack[-1].code)}`"
         evidence.append(f"{where} ×{b.count} ({when}): {b.reason}{code}")
     if len(sites) > 10:
         evidence.append(f"… and {len(sites) - 10} more sites")

@@ -25,7 +25,6 @@ cause across frames is one finding listing the frames (cascades.py).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -67,13 +66,12 @@ def by_cause(pairs: Group) -> dict[Key, Group]:
 def moments(s: Session) -> dict[str, int]:
     """Compile id -> moment number, for every recompile (see the module docstring)."""
     series = s.steps.current
-    times = series.times if series is not None else []
     recs = sorted((c for c in s.compile.compiles if c.recompile_reason), key=lambda c: c.span[0])
     out: dict[str, int] = {}
     moment, end, step = -1, None, None
     for c in recs:
         start, stop = c.span
-        at = bisect_right(times, start)
+        at = series.times.count_until(start) if series is not None else 0
         if end is None or start - end > GAP_S or at != step:
             moment, end = moment + 1, stop
         end = max(end, stop)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -98,12 +98,12 @@ def rule_late_compiles(s: Session) -> list[Finding]:
         return []
     evidence = []
     for c in late[:8]:
-        step = bisect_right(series.times, c.span[0])
+        step = series.times.count_until(c.span[0])
         evidence.append(f"{c.compile_id} {_frame_name(s, c)} near step {step}, {c.time_s:.2f} s: {_why(c)}")
     if len(late) > 8:
         evidence.append(f"… and {len(late) - 8} more")
     first = s.compile.frames.get(late[0].frame_id)
-    first_step = bisect_right(series.times, late[0].span[0])
+    first_step = series.times.count_until(late[0].span[0])
     kinds = {G.classify(c.recompile_reason).kind for c in late if c.recompile_reason}
     fix = (
         "Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
@@ -293,19 +293,15 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
     skipped = 0
     used_gpu = bool(s.meta.devices)
     for ev in s.samples:
-        t = ev.get("t")
-        gpus = ev.get("gpus")
-        if not isinstance(t, (int, float)) or not isinstance(gpus, list) or not (t0 <= t <= t1):
+        t = ev.t
+        if ev.gpus is None or not (t0 <= t <= t1):
             continue
         vals = []
-        for g in gpus:
-            if not isinstance(g, dict):
-                continue
-            if isinstance(g.get("proc_mem"), int) and g["proc_mem"] > 0:
+        for g in ev.gpus:
+            if g.proc_mem is not None and g.proc_mem > 0:
                 used_gpu = True
-            u = g.get("util")
-            if isinstance(u, (int, float)) and not isinstance(u, bool):
-                vals.append(float(u))
+            if g.util is not None:
+                vals.append(g.util)
         if not vals:
             continue
         if _overlaps(spans_sorted, ends_max, t - SAMPLE_WINDOW_S, t):

@@ -455,8 +455,8 @@ def rule_scalar_recompiles(s: Session) -> list[Finding]:
                     "neither breaks nor guards on its value."
                 )
             produced = ""
-            if site is not None and site.user_stack and site.user_stack[-1].get("code"):
-                produced = f"`{strip_comment(site.user_stack[-1]['code'])}`"
+            if site is not None and site.user_stack and site.user_stack[-1].code:
+                produced = f"`{strip_comment(site.user_stack[-1].code)}`"
             elif site is not None:
                 produced = f"the call that broke the graph ({site.reason})"
             where = f"line {bline}" if bline else "the graph break"

@@ -43,12 +43,12 @@ class CompilePanel(Panel):
         active = None
         if c.active:
             cid, start = next(reversed(c.active.items()))
-            name = start.get("name") or "?"
-            where = fmt.where(start.get("file"), start.get("line"), ctx.cwd, narrow=w < 90)
+            name = start.name or "?"
+            where = fmt.where(start.file, start.line, ctx.cwd, narrow=w < 90)
             since = ""
             now = ctx.now()
-            if ctx.job_running and now and isinstance(start.get("t"), (int, float)):
-                since = f" for {fmt.secs(max(0.0, now - start['t']))}"
+            if ctx.job_running and now and start.t:
+                since = f" for {fmt.secs(max(0.0, now - start.t))}"
             active = Text.assemble(("compiling ", "bold yellow"), f"{cid} {name} at {where}{since}")
         cache = Text("cache ", style="bold")
         parts = []

@@ -11,6 +11,7 @@ from ctmon.tui import fmt
 from ctmon.tui.context import put_title
 from ctmon.tui.panels.base import Panel, num
 from ctmon.tui.panels.samples import gpu_error, latest_gpus, recent_samples
+from ctmon.wire.events import Sample
 
 
 class GpuPanel(Panel):
@@ -27,15 +28,15 @@ class GpuPanel(Panel):
         for g in gpus:
             rows.append(
                 {
-                    "index": g.get("index"),
-                    "name": g.get("name"),
-                    "util": num(g.get("util")),
-                    "mem_used": num(g.get("mem_used")),
-                    "mem_total": num(g.get("mem_total")),
-                    "power_w": num(g.get("power_w")),
-                    "power_limit_w": num(g.get("power_limit_w")),
-                    "temp_c": num(g.get("temp_c")),
-                    "proc_mem": num(g.get("proc_mem")),
+                    "index": g.index,
+                    "name": g.name,
+                    "util": num(g.util),
+                    "mem_used": num(g.mem_used),
+                    "mem_total": num(g.mem_total),
+                    "power_w": num(g.power_w),
+                    "power_limit_w": num(g.power_limit_w),
+                    "temp_c": num(g.temp_c),
+                    "proc_mem": num(g.proc_mem),
                 }
             )
         return rows
@@ -88,7 +89,7 @@ class GpuPanel(Panel):
             )
         return Text("\n").join(lines[:h])
 
-    def _gpu_lines(self, g: dict[str, Any], per: int, w: int, history: list[dict[str, Any]]) -> list[Text]:
+    def _gpu_lines(self, g: dict[str, Any], per: int, w: int, history: list[Sample]) -> list[Text]:
         idx = g["index"]
         util_t = Text(f"{fmt.pct(g['util']):>4}", style=_util_style(g["util"]))
         used, total = g["mem_used"], g["mem_total"]
@@ -128,13 +129,10 @@ class GpuPanel(Panel):
         return [head, l2, l3]
 
 
-def _gpu_field(ev: dict[str, Any], index: Any, name: str) -> float | None:
-    gpus = ev.get("gpus")
-    if not isinstance(gpus, list):
-        return None
-    for g in gpus:
-        if isinstance(g, dict) and g.get("index") == index:
-            return num(g.get(name))
+def _gpu_field(ev: Sample, index: Any, name: str) -> float | None:
+    for g in ev.gpus or ():
+        if g.index == index:
+            return num(getattr(g, name))
     return None
 
 

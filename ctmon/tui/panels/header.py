@@ -22,11 +22,11 @@ STATE_STYLE = {
 
 def device_summary(ctx: ViewContext) -> str:
     s = ctx.session
-    names = [str(d.get("name") or "GPU") for d in s.meta.devices]
+    names = [d.name or "GPU" for d in s.meta.devices]
     if not names:
         latest = latest_gpus(s)
         if latest:
-            names = [str(g.get("name") or "GPU") for g in latest]
+            names = [g.name or "GPU" for g in latest]
     if names:
         c = Counter(names)
         return ", ".join(f"{n}× {name}" if n > 1 else name for name, n in c.items())

@@ -23,21 +23,21 @@ class ProcessPanel(Panel):
         w, h = self.content_width, self.content_height
         latest = None
         for ev in islice(reversed(s.samples), 5):
-            if "cpu_percent" in ev:
+            if ev.cpu_percent is not None:
                 latest = ev
                 break
         if latest is None:
             return Text("waiting for the first sample", style="dim italic")
-        cpu = num(latest.get("cpu_percent"))
-        cpus = latest.get("cpus")
-        hist = [num(ev.get("cpu_percent")) for ev in recent_samples(s, max(4, min(30, w - 22)))]
+        cpu = num(latest.cpu_percent)
+        cpus = latest.cpus
+        hist = [num(ev.cpu_percent) for ev in recent_samples(s, max(4, min(30, w - 22)))]
         top = max(100.0, max((v for v in hist if v is not None), default=100.0))
         of = f" of {cpus}" if isinstance(cpus, int) else ""
         l1 = Text.assemble(
             "CPU ", (f"{cpu:.0f}%" if cpu is not None else "N/A", "bold"), f"{of} ", (fmt.sparkline(hist, top), "cyan")
         )
-        rss, tree = latest.get("rss"), latest.get("tree_rss")
-        threads, procs = latest.get("threads"), latest.get("procs")
+        rss, tree = latest.rss, latest.tree_rss
+        threads, procs = latest.threads, latest.procs
         tree_t = f" (tree {fmt.size(tree)})" if isinstance(tree, int) and isinstance(rss, int) and tree > rss else ""
         l2 = Text.assemble("RSS ", (fmt.size(tree if isinstance(tree, int) else rss), "bold"))
         extra = f" · {fmt.plural(threads, 'thread')}" if isinstance(threads, int) else ""
@@ -48,11 +48,7 @@ class ProcessPanel(Panel):
         if h >= 3:
             if tree_t and l2.cell_len + len(tree_t) <= w:
                 l2.append(tree_t, style="dim")
-            used, total, sys_cpu = (
-                latest.get("sys_mem_used"),
-                latest.get("sys_mem_total"),
-                num(latest.get("sys_cpu_percent")),
-            )
+            used, total, sys_cpu = latest.sys_mem_used, latest.sys_mem_total, num(latest.sys_cpu_percent)
             if isinstance(used, int) and isinstance(total, int):
                 sc = f"{sys_cpu:.0f}% CPU · " if sys_cpu is not None else ""
                 lines.append(Text(f"host {sc}{fmt.gib(used)}/{fmt.gib(total)} GiB", style="dim"))

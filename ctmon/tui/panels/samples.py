@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
 
 from ctmon.store import Session
 from ctmon.tui.context import ViewContext
+from ctmon.wire.events import GpuSample, Sample
 
 
-def recent_samples(s: Session, n: int) -> list[dict[str, Any]]:
+def recent_samples(s: Session, n: int) -> list[Sample]:
     out = list(islice(reversed(s.samples), n))
     out.reverse()
     return out
 
 
-def latest_gpus(s: Session) -> list[dict[str, Any]] | None:
+def latest_gpus(s: Session) -> list[GpuSample] | None:
     for ev in islice(reversed(s.samples), 5):
-        g = ev.get("gpus")
-        if isinstance(g, list):
-            return [x for x in g if isinstance(x, dict)]
+        if ev.gpus is not None:
+            return ev.gpus
     return None
 
 
@@ -27,8 +26,7 @@ def gpu_error(ctx: ViewContext) -> str | None:
     if ctx.gpu_error:
         return ctx.gpu_error
     for ev in islice(ctx.session.samples, 3):
-        err = ev.get("gpu_error")
-        if isinstance(err, str) and err:
-            ctx.gpu_error = err
-            return err
+        if ev.gpu_error:
+            ctx.gpu_error = ev.gpu_error
+            return ev.gpu_error
     return None
