@@ -7,13 +7,14 @@
             compile storm: recompiles over 400 frames, graph breaks at 300 sites).
   rss       the same app after ingesting 1M events of the steady mix, in a fresh
             process (so nothing but the viewer is in its memory).
-  idle      a real job under ctmon (steady steps and output, 25 events/s) watched
-            by the headless TUI for N seconds: CPU % of one core used by the viewer.
-  latency   the same kind of job emitting step boundaries and output lines; for
-            each event, the time from when it happened (its `t`) to the first
-            repaint after it was folded. p50/p99.
+  idle      a real job under ctmon (steady steps and output, 25 events/s, and a
+            fresh function compiled with a graph break every 2 s) watched by the
+            headless TUI for N seconds: CPU % of one core used by the viewer.
+  latency   the same run: for each event, the time from when it happened (its
+            `t`) to the first repaint after it was folded, p50/p99, for the
+            steady stream (steps, output) and for compiles and graph breaks.
 
-Usage: python benchmarks/viewer.py {ingest,rss,idle,latency,all} [--events N] [--seconds S] [--json]
+Usage: python benchmarks/viewer.py {ingest,rss,idle,latency,all} [--events N] [--seconds S] [--no-compiles]
 """
 
 from __future__ import annotations
@@ -184,6 +185,10 @@ def rss(n: int) -> dict[str, Any]:
 JOB = r"""
 import sys, time, ctmon
 period, seconds = float(sys.argv[1]), float(sys.argv[2])
+torch = None
+if len(sys.argv) > 3:  # with compile events: a fresh function compiled every 2 s
+    import torch
+    torch._dynamo.config.cache_size_limit = 10_000
 end = time.time() + seconds
 k = 0
 while time.time() < end:
@@ -192,10 +197,15 @@ while time.time() < end:
     k += 1
     if k % 2 == 0:
         print(f"step {k} loss 0.{k % 9973:04d}", flush=True)
+    if torch is not None and k % 50 == 0:
+        src = f"def f{k}(x):\n    y = x + {k}\n    print('break')\n    return y * 2\n"
+        scope = {}
+        exec(compile(src, f"/bench/model_{k}.py", "exec"), scope)
+        torch.compile(scope[f"f{k}"], backend="eager")(torch.ones(4))
 """
 
 
-async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
+async def _watch_job(period: float, seconds: float, size: tuple[int, int], compiles: bool) -> dict[str, Any]:
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
     from ctmon.tui.app import CtmonApp
@@ -206,7 +216,13 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
     with open(script, "w") as f:
         f.write(JOB)
     d = start_detached(
-        JobSpec("script", script, [str(period), str(seconds + 6)], cwd=tmp, python=sys.executable),
+        JobSpec(
+            "script",
+            script,
+            [str(period), str(seconds + 6)] + (["compile"] if compiles else []),
+            cwd=tmp,
+            python=sys.executable,
+        ),
         os.path.join(tmp, "rec.jsonl"),
     )
     feed = SocketFeed(d.viewer_path)
@@ -229,7 +245,7 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
 
     app._display = counting_display  # type: ignore[method-assign]
     async with app.run_test(size=size) as pilot:
-        await asyncio.sleep(3.0)  # start-up, torch-free job: history caught up
+        await asyncio.sleep(8.0 if compiles else 3.0)  # start-up (torch's import): history caught up
         displays.clear()
         cpu0, w0 = time.process_time(), time.time()
         await asyncio.sleep(seconds)
@@ -239,7 +255,10 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
     feed.close()
     # latency: event i (in feed order, i.e. recording order) is on screen at
     # the first screen update after the first view refresh that had folded it
-    latencies = []
+    # the steady stream (output lines, step batches) and what a user waits
+    # for (compiles, graph breaks), apart: they repaint at different cadences
+    steady: list[float] = []
+    urgent: list[float] = []
     import bisect
 
     counts = [n for _, n in refreshes]
@@ -250,32 +269,36 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int]) -> di
             if ev is None:
                 continue
             index += 1
-            if ev["kind"] not in ("output", "steps") or not (w0 <= ev["t"] <= w0 + wall):
+            kind = ev["kind"]
+            into = steady if kind in ("output", "steps") else urgent if kind in ("compile", "graph_break") else None
+            if into is None or not (w0 <= ev["t"] <= w0 + wall):
                 continue
             k = bisect.bisect_left(counts, index)
             if k >= len(refreshes):
                 continue
             j = bisect.bisect_left(displays, refreshes[k][0])
             if j < len(displays):
-                latencies.append((displays[j] - ev["t"]) * 1000)
-    latencies.sort()
-    return {
+                into.append((displays[j] - ev["t"]) * 1000)
+    out: dict[str, Any] = {
         "seconds": round(wall, 1),
         "viewer_cpu_percent": round(100 * cpu / wall, 2),
         "repaints_per_s": round(len(displays) / wall, 1),
-        "events_measured": len(latencies),
-        "latency_p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-        "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)
-        if latencies
-        else None,
-        "latency_max_ms": round(latencies[-1], 1) if latencies else None,
     }
+    for name, lat in (("steady", steady), ("compile_events", urgent)):
+        lat.sort()
+        out[name] = {
+            "events_measured": len(lat),
+            "latency_p50_ms": round(statistics.median(lat), 1) if lat else None,
+            "latency_p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1) if lat else None,
+            "latency_max_ms": round(lat[-1], 1) if lat else None,
+        }
+    return out
 
 
-def idle_and_latency(seconds: float) -> dict[str, Any]:
+def idle_and_latency(seconds: float, compiles: bool) -> dict[str, Any]:
     os.environ.setdefault("CTMON_RUNTIME_DIR", tempfile.mkdtemp(prefix="ctmon-run-"))
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="ctmon-state-"))
-    return asyncio.run(_watch_job(0.04, seconds, (160, 48)))
+    return asyncio.run(_watch_job(0.04, seconds, (160, 48), compiles))
 
 
 def main() -> None:
@@ -284,6 +307,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--rss-events", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--no-compiles", action="store_true", help="idle job without torch (no compile events)")
     a = ap.parse_args()
     import platform
 
@@ -300,7 +324,7 @@ def main() -> None:
     if a.what in ("rss", "all"):
         res["rss"] = rss(a.rss_events)
     if a.what in ("idle", "latency", "all"):
-        res["idle_latency"] = idle_and_latency(a.seconds)
+        res["idle_latency"] = idle_and_latency(a.seconds, not a.no_compiles)
     print(json.dumps(res, indent=2))
 
 

@@ -43,7 +43,7 @@ def is_limit_hit(fail_type: Any, fail_reason: Any) -> bool:
     return any(m in head for m in LIMIT_MARKERS) and ("exceeded" in head or "hit" in head or "reached" in head)
 
 
-@dataclass
+@dataclass(slots=True)
 class Location:
     file: str | None = None
     line: int | None = None
@@ -55,7 +55,7 @@ class Location:
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
 
-@dataclass
+@dataclass(slots=True)  # thousands a second in a recompile storm
 class CompileRecord:
     compile_id: str
     frame_id: Any
@@ -292,8 +292,11 @@ class CompileState:
             site = self.breaks[key] = BreakSite(file=file, line=line, reason=summary, first_t=t)
         site.count += 1
         site.last_t = t
-        site.reasons[summary] += 1
-        site.reason = site.reasons.most_common(1)[0][0]
+        reasons = site.reasons
+        reasons[summary] += 1
+        if summary != site.reason and reasons[summary] >= reasons[site.reason]:
+            # another reason caught up: the most common one, the first seen of equals
+            site.reason = reasons.most_common(1)[0][0]
         if summary == site.reason or site.detail is None:
             site.detail = ev.reason or None
             site.explanation = ev.explanation or None

@@ -8,16 +8,22 @@ terminal would; very long lines are cut for display.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from itertools import repeat
+from typing import NamedTuple
 
 MAX_LINES = 5000
 MAX_LINE_CHARS = 4000
 
 
-@dataclass
-class OutputLine:
+class OutputLine(NamedTuple):
     stream: str
     text: str
+
+
+def _lines_of(stream: str, texts: list[str]) -> map[OutputLine]:
+    # tuple.__new__ builds each line in C: the NamedTuple's own __new__ is a
+    # Python function, and 100k+ lines a second arrive while catching up
+    return map(tuple.__new__, repeat(OutputLine), zip(repeat(stream), texts))
 
 
 class OutputBuffer:
@@ -27,13 +33,27 @@ class OutputBuffer:
         self.total_lines = 0
         self.total_chars = 0
 
+    def feed_run(self, stream: str, chunks: list[str]) -> None:
+        """Several chunks of one stream, in order: the same lines as feeding
+        each, in one split when they are whole lines (a logging loop's)."""
+        data = "".join(chunks)
+        whole = not self._partial.get(stream) and "\r" not in data
+        if whole and all(c[-1:] == "\n" and len(c) <= MAX_LINE_CHARS for c in chunks):
+            self.total_chars += len(data)
+            lines = data[:-1].split("\n")
+            self.lines.extend(_lines_of(stream, lines))
+            self.total_lines += len(lines)
+            return
+        for chunk in chunks:
+            self.feed(stream, chunk)
+
     def feed(self, stream: str, data: str) -> None:
         self.total_chars += len(data)
         if data[-1:] == "\n" and "\r" not in data and not self._partial.get(stream) and len(data) <= MAX_LINE_CHARS:
             # the usual chunk, whole lines of a logging loop: no partial line to
             # join, no progress bar to resolve, nothing to cut
             lines = data[:-1].split("\n")
-            self.lines.extend(OutputLine(stream, text) for text in lines)
+            self.lines.extend(_lines_of(stream, lines))
             self.total_lines += len(lines)
             return
         buf = self._partial.get(stream, "") + data

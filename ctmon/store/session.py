@@ -33,7 +33,7 @@ STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 
 
-@dataclass
+@dataclass(slots=True)
 class LogEntry:
     t: float
     kind: str  # compile | recompile | graph_break | cache | limit | note | exit | error
@@ -173,8 +173,13 @@ class Session:
         # them a little later than the output and samples around them gives
         # the same store; device windows, which name step indices, wait for
         # the steps before them.
-        steps_kind, device_kind, handlers, apply = E.Steps, E.DeviceTime, self._handlers, self.apply
+        # Output lines of one stream in a row (steps between them do not
+        # count) are split into lines together, the same way.
+        steps_kind, device_kind, output_kind = E.Steps, E.DeviceTime, E.Output
+        handlers, apply = self._handlers, self.apply
         run: list[E.Steps] = []
+        chunks: list[str] = []
+        stream = ""
         for ev in events:
             kind = type(ev)
             if kind is steps_kind:
@@ -184,11 +189,28 @@ class Session:
                     self._fold_steps(run)
                     run = []
                 continue
+            first, last = self.first_t, self.last_t
+            if kind is output_kind and first is not None and last is not None:
+                out: E.Output = ev  # type: ignore[assignment]
+                self.events += 1
+                t = out.t
+                if t > last:
+                    self.last_t = t
+                elif 0 < t < first:
+                    self.first_t = t
+                if chunks and (out.stream or "stdout") != stream:
+                    self._fold_output(stream, chunks)
+                    chunks = []
+                stream = out.stream or "stdout"
+                chunks.append(out.data)
+                continue
+            if chunks:
+                self._fold_output(stream, chunks)
+                chunks = []
             if run and kind is device_kind:
                 self._fold_steps(run)
                 run = []
             handler = handlers.get(kind)  # type: ignore[arg-type]
-            first, last = self.first_t, self.last_t
             if handler is None or first is None or last is None:
                 apply(ev)  # the general way: dicts, unknown kinds, the first events
                 continue
@@ -203,9 +225,15 @@ class Session:
                 handler(ev)
             except (TypeError, ValueError, OverflowError, ZeroDivisionError):
                 self.bad_events += 1
+        if chunks:
+            self._fold_output(stream, chunks)
         if run:
             self._fold_steps(run)
         return self
+
+    def _fold_output(self, stream: str, chunks: list[str]) -> None:
+        self.output.feed_run(stream, chunks)
+        self.rev["output"] += len(chunks)
 
     def _fold_steps(self, run: list[E.Steps]) -> None:
         times = [ev.t for ev in run if ev.t > 0]

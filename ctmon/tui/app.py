@@ -376,7 +376,7 @@ class CtmonApp(App[AppResult]):
         self.feed.control("stop", grace=grace)
         if grace > 0:
             self.set_timer(grace + STOP_GIVE_UP_AFTER_KILL_S, lambda: self.finish("stopped"))
-        self._schedule_refresh()
+        self.refresh_views()  # the user's own action shows at once, not at the steady cadence
 
     def finish(self, how: str) -> None:
         if self._finished:

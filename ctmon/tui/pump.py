@@ -27,8 +27,8 @@ from ctmon.tui.ingest import Batch, Handoff
 from ctmon.tui.timeline import Timeline
 from ctmon.wire.feeds import FileBatch
 
-REFRESH_MIN_S = 0.05  # at most 20 repaints a second
-STEADY_REFRESH_S = 0.2  # steps, samples and output alone: at most 5 repaints a second
+REFRESH_MIN_S = 0.08  # at most 12.5 repaints a second
+STEADY_REFRESH_S = 0.5  # steps, samples and output alone: at most 2 repaints a second
 INGEST_BUDGET_S = 0.03  # UI-thread time spent folding events before yielding
 CYCLE_S = 1 / 12  # while a backlog is folded: one repaint per cycle
 LISTS_BACKLOG_S = 0.5  # while a backlog is folded: how often the long lists repaint
