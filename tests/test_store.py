@@ -18,7 +18,8 @@ from ctmon.report.text import exit_text, fmt_ms, fmt_s, full_text, summary_lines
 from ctmon.store import Session
 from ctmon.store.compiles import display_name, is_limit_hit
 from ctmon.store.output import MAX_LINE_CHARS, OutputBuffer
-from ctmon.store.steps import StepSeries, percentile
+from ctmon.store.step_stats import percentile
+from ctmon.store.steps import StepSeries
 from ctmon.wire import protocol
 
 T0 = 1795346334.0
@@ -1330,6 +1331,7 @@ def test_long_series_statistics_equal_the_sorted_lists(monkeypatch, device):
     the packed arrays; they must be the ones the sorted list gives."""
     import random
 
+    from ctmon.store import step_stats
     from ctmon.store import steps as S
 
     rng = random.Random(7)
@@ -1343,9 +1345,9 @@ def test_long_series_statistics_equal_the_sorted_lists(monkeypatch, device):
         i0 = len(ser)
         if device and b % 7 == 0 and i0 > 3:
             ser.add_device_window(i0 - 3, i0 - 1, rng.uniform(1, 30))
-    monkeypatch.setattr(S, "EXACT_MAX", 10**9)
+    monkeypatch.setattr(step_stats, "EXACT_MAX", 10**9)
     exact = ser.stats()
-    monkeypatch.setattr(S, "EXACT_MAX", 10)
+    monkeypatch.setattr(step_stats, "EXACT_MAX", 10)
     ser._stats_cache = None
     large = ser.stats()
     assert large.intervals == exact.intervals and large.count == exact.count

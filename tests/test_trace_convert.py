@@ -2,7 +2,7 @@
 
 The payloads and metadata below are real records captured from torch 2.13's
 ``torch.__trace`` logger (long PyTorch-internal tracebacks and config dumps
-shortened); see ctmon/agent/trace.py for the shapes relied on.
+shortened); see ctmon/agent/trace_convert.py for the shapes relied on.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ import os
 import pytest
 import torch  # noqa: F401  (ctmon.agent.paths tells torch's files from the user's once torch is imported)
 
-from ctmon.agent.trace import (
-    BWD_FIELDS,
-    METRIC_FIELDS,
-    TraceConverter,
-    TraceHandler,
-    parse_graph_break,
-    parse_reasons,
-    summarize_reason,
-)
+from ctmon.agent.trace import BWD_FIELDS, METRIC_FIELDS, TraceHandler
+from ctmon.agent.trace_convert import TraceConverter, parse_graph_break, parse_reasons, summarize_reason
 from ctmon.report.build import build_report
 from ctmon.store import Session
 from ctmon.wire import protocol

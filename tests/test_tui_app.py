@@ -18,8 +18,9 @@ from ctmon.tui.app import CtmonApp, MainScreen, TabStrip
 from ctmon.tui.capture import screen_text
 from ctmon.tui.ingest import Handoff
 from ctmon.tui.panels import GpuPanel, HeaderBar, StepsPanel
-from ctmon.tui.panes import BreaksPane, EventsPane, FramesPane, OutputPane
+from ctmon.tui.panes import BreaksPane, FramesPane
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
+from ctmon.tui.stream_panes import EventsPane, OutputPane
 from ctmon.tui.testing import QueueFeed, wait_applied, wait_loaded, wait_until
 from ctmon.tui.timeline import Timeline
 from ctmon.wire.decode import typed

@@ -16,7 +16,7 @@ from typing import Any
 from ctmon import _api
 from ctmon.agent.channel import Channel
 from ctmon.agent.steps import StepClock
-from ctmon.agent.trace import TraceConverter
+from ctmon.agent.trace_convert import TraceConverter
 from ctmon.wire import protocol
 from ctmon.wire.ring import DEFAULT_CAPACITY, StepRing
 

@@ -16,15 +16,16 @@ source seen; lower ones are kept only until a higher one appears.
 
 from __future__ import annotations
 
-import math
 import struct
 from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import accumulate, compress, islice
-from typing import Any, overload
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import compress
+from typing import Any
 
+from ctmon.store import step_stats
+from ctmon.store.boundary_times import BoundaryTimes
+from ctmon.store.step_stats import StepStats, percentile, stats_of
 from ctmon.wire import events as E
 from ctmon.wire import protocol
 
@@ -38,102 +39,6 @@ def f32(x: float) -> float:
     (plenty for milliseconds), and every view of them rounds the same way."""
     value: float = _F32.unpack(_F32.pack(x))[0]
     return value
-
-
-@dataclass
-class StepStats:
-    count: int = 0  # boundaries
-    intervals: int = 0
-    last_ms: float | None = None
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    p99_ms: float | None = None
-    mean_ms: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    steps_per_s: float | None = None
-
-
-def percentile(sorted_vals: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method)."""
-    n = len(sorted_vals)
-    if n == 0:
-        return None
-    if n == 1:
-        return sorted_vals[0]
-    pos = (n - 1) * q
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * frac
-
-
-class BoundaryTimes(Sequence[float]):
-    """The wall time of each boundary, computed on demand: its batch's time
-    plus the nanoseconds since the batch's first boundary (an integer sum, so
-    no float drift). Non-decreasing, so ``bisect`` works on it."""
-
-    def __init__(self, series: StepSeries) -> None:
-        self._s = series
-
-    def __len__(self) -> int:
-        return len(self._s.ns)
-
-    @overload
-    def __getitem__(self, k: int) -> float: ...
-    @overload
-    def __getitem__(self, k: slice) -> list[float]: ...
-    def __getitem__(self, k: int | slice) -> float | list[float]:
-        if isinstance(k, slice):
-            start, stop, step = k.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            return list(islice(self._from(start), max(0, stop - start)))
-        s = self._s
-        n = len(s.ns)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError("boundary index out of range")
-        b = bisect_right(s.starts, k) - 1
-        start = s.starts[b]
-        t0 = s.t0s[b]
-        return t0 if k == start else t0 + sum(s.ns[start + 1 : k + 1]) / 1e9
-
-    def __iter__(self) -> Iterator[float]:
-        return self._from(0)
-
-    def count_until(self, t: float, inclusive: bool = True) -> int:
-        """How many boundaries are at or before ``t`` (before it, when not
-        ``inclusive``): ``bisect_right``/``bisect_left`` of the times, but
-        the batches' own times are searched in C first."""
-        s = self._s
-        find = bisect_right if inclusive else bisect_left
-        b = find(s.t0s, t) - 1
-        if b < 0:
-            return 0
-        start = s.starts[b]
-        end = s.starts[b + 1] if b + 1 < len(s.starts) else len(s.ns)
-        t0 = s.t0s[b]
-        within = [t0 + c / 1e9 for c in accumulate(s.ns[start + 1 : end], initial=0)]
-        return start + find(within, t)
-
-    def _from(self, k: int) -> Iterator[float]:
-        """Times from boundary ``k`` on: one running sum per batch."""
-        s = self._s
-        n = len(s.ns)
-        if k >= n:
-            return
-        b = bisect_right(s.starts, k) - 1
-        while b < len(s.starts):
-            start = s.starts[b]
-            end = s.starts[b + 1] if b + 1 < len(s.starts) else n
-            t0 = s.t0s[b]
-            base = sum(s.ns[start + 1 : k + 1]) if k > start else 0
-            for c in accumulate(s.ns[k + 1 : end], initial=base):
-                yield t0 + c / 1e9
-            b += 1
-            k = end
 
 
 class StepSeries:
@@ -373,14 +278,14 @@ class StepSeries:
         if n < 2:
             return StepStats(count=n)
         if window is not None:
-            return _stats_of(sorted(self.intervals(max(1, n - window))), n, self.last_interval_ms())
+            return stats_of(sorted(self.intervals(max(1, n - window))), n, self.last_interval_ms())
         key = (n, self.device_windows)
         if self._stats_cache is not None and self._stats_cache[0] == key:
             return self._stats_cache[1]
-        if n - 1 <= EXACT_MAX:
-            st = _stats_of(sorted(self.intervals()), n, self.last_interval_ms())
+        if n - 1 <= step_stats.EXACT_MAX:
+            st = stats_of(sorted(self.intervals()), n, self.last_interval_ms())
         else:
-            st = _large_stats(self, n, self.last_interval_ms())
+            st = step_stats.large_stats(self.ns, self.eff_ms, n, self.last_interval_ms())
         self._stats_cache = (key, st)
         return st
 
@@ -396,81 +301,6 @@ class StepSeries:
             if first <= last:
                 marked.update(range(first, last + 1))
         return marked
-
-
-# Up to this many intervals, statistics come from a sorted list (32 bytes an
-# interval). Past it, numpy selects the same order statistics from the packed
-# arrays (the mean may differ in the last bits: pairwise summation): a live
-# view recomputes them at every repaint, where sorting 100k values in Python
-# took ~10 ms, and a day of training (~10M) takes ~0.4 s and ~5 bytes an
-# interval instead of seconds and hundreds of MB.
-EXACT_MAX = 20_000
-QUANTILES = (0.5, 0.9, 0.99)
-
-
-def _stats_of(vals: list[float], count: int, last: float | None) -> StepStats:
-    st = StepStats(count=count)
-    if not vals:
-        return st
-    st.intervals = len(vals)
-    st.last_ms = last
-    st.p50_ms = percentile(vals, 0.5)
-    st.p90_ms = percentile(vals, 0.9)
-    st.p99_ms = percentile(vals, 0.99)
-    st.mean_ms = sum(vals) / len(vals)
-    st.min_ms = vals[0]
-    st.max_ms = vals[-1]
-    if st.mean_ms and st.mean_ms > 0:
-        st.steps_per_s = 1000.0 / st.mean_ms
-    return st
-
-
-def _large_stats(series: StepSeries, count: int, last: float | None) -> StepStats:
-    """``_stats_of`` for a long series, without sorting it in Python: the
-    intervals as float32 (the values every other view shows), the order
-    statistics the percentiles interpolate between picked by one partition,
-    the interpolation done as ``percentile`` does it."""
-    import numpy as np
-
-    # One float32 array of every interval, made a slice at a time (the peak
-    # stays ~5 bytes an interval). Unknown intervals are left where they
-    # sort to one end: 0.0 (a 0 ns delta) first, NaN (a device view) last;
-    # the ranks below skip them instead of copying the rest out.
-    if series.eff_ms is not None:
-        vals = np.array(series.eff_ms, dtype=np.float32)[1:]
-        skip, n = 0, len(vals) - int(np.count_nonzero(np.isnan(vals)))
-    else:
-        deltas = np.frombuffer(series.ns, dtype=np.int64)[1:]
-        vals = np.empty(len(deltas), dtype=np.float32)
-        for i in range(0, len(deltas), 1 << 20):
-            vals[i : i + (1 << 20)] = deltas[i : i + (1 << 20)] / 1e6
-        skip = len(deltas) - int(np.count_nonzero(deltas))
-        n = len(deltas) - skip
-    st = StepStats(count=count)
-    if not n:
-        return st
-    ranks = {0, n - 1}
-    for q in QUANTILES:
-        lo = int(math.floor((n - 1) * q))
-        ranks |= {lo, min(lo + 1, n - 1)}
-    kth = sorted(ranks)
-    vals.partition([skip + r for r in kth])  # in place: the array is ours
-    ranked = {r: float(vals[skip + r]) for r in kth}
-
-    def pct(q: float) -> float:
-        pos = (n - 1) * q
-        lo = int(math.floor(pos))
-        a, b = ranked[lo], ranked[min(lo + 1, n - 1)]
-        return a + (b - a) * (pos - lo)
-
-    st.intervals = n
-    st.last_ms = last
-    st.p50_ms, st.p90_ms, st.p99_ms = (pct(q) for q in QUANTILES)
-    st.mean_ms = float(np.nansum(vals, dtype=np.float64)) / n
-    st.min_ms, st.max_ms = ranked[0], ranked[n - 1]
-    if st.mean_ms > 0:
-        st.steps_per_s = 1000.0 / st.mean_ms
-    return st
 
 
 class SeriesMark:

@@ -34,9 +34,10 @@ from ctmon.tui.panels import (
     ProcessPanel,
     StepsPanel,
 )
-from ctmon.tui.panes import KIND_LABEL, BreaksPane, EventsPane, FramesPane, OutputPane, Pane
+from ctmon.tui.panes import BreaksPane, FramesPane, Pane
 from ctmon.tui.safe import ansi_text
 from ctmon.tui.screens import DetailScreen, FilterScreen, HelpScreen
+from ctmon.tui.stream_panes import KIND_LABEL, EventsPane, OutputPane
 
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36

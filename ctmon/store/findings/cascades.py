@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import causes as C
+from ctmon.store.findings import guard_advice as A
 from ctmon.store.findings import guards as G
 from ctmon.store.findings import recompiles as R
 from ctmon.store.findings.model import RANK_RECOMPILES, Finding
@@ -53,11 +54,11 @@ def rule_cascades(s: Session) -> list[Finding]:
         frames = _unique(k.frames)
         g = _named(k.members[0][1][0][1])
         n = len(k.moments)
-        vals = R._values(pairs) if g.kind not in (G.ITEM, G.SCALAR) else []
+        vals = A.values_taken(pairs) if g.kind not in (G.ITEM, G.SCALAR) else []
         shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
         names = ", ".join(f.title for f in frames)
         cost = sum(c.time_s for c, _ in pairs)
-        what = R.what_changed(g)
+        what = A.what_changed(g)
         warm = all(R._warm_up_only(s, f) for f in frames)
         if n >= 2:
             title = f"{len(frames)} frames recompile together on every change: {what}{shown}"
@@ -96,7 +97,7 @@ def rule_cascades(s: Session) -> list[Finding]:
                 line=top.loc.line,
                 detail=detail,
                 evidence=evidence,
-                fix=R.fix_for(g, vals),
+                fix=A.fix_for(g, vals),
                 rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
             )
         )

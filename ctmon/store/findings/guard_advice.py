@@ -1,0 +1,187 @@
+"""What to tell the user about one failed guard: what changed, in words, and
+the change to their code that stops it (one place, so every rule and the
+cascades give the same advice for the same guard)."""
+
+from __future__ import annotations
+
+import re
+
+from ctmon.store.findings import guards as G
+from ctmon.store.findings.causes import Group
+
+_ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
+
+
+def values_taken(pairs: Group) -> list[str]:
+    """The values the guarded thing took, in order, without repeats."""
+    out: list[str] = []
+    for _, g in pairs:
+        for v in (g.expected, g.actual):
+            if v is not None and v not in out:
+                out.append(v)
+    return out
+
+
+def tensor_names(name: str) -> tuple[str, str]:
+    """How to name a guarded tensor in prose, and in code."""
+    if _ARG.match(name):
+        return f"the tensor passed as {name}", "x"
+    return f"'{name}'", name
+
+
+def what_changed(g: G.Guard) -> str:
+    """A short phrase for titles and evidence: what changed."""
+    if g.kind == G.SHAPE:
+        return f"dim {g.dim} of tensor '{g.name}' changed"
+    if g.kind == G.SCALAR:
+        return f"the Python number '{g.name}' changed"
+    if g.kind == G.ITEM:
+        return "a number read out of the previous graph changed"
+    if g.kind in (G.GRAD_MODE, G.GLOBAL_STATE):
+        return f"global state '{g.name}' changed"
+    return f"{G.DESCRIPTIONS.get(g.kind, 'a guard failed')}: {g.name}"
+
+
+def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
+    name = g.name
+    k = g.kind
+    if k == G.SHAPE:
+        who, code = tensor_names(name)
+        if g.expected and "<=" in g.expected:
+            return (
+                f"Dim {g.dim} of {who} left the range the graph was compiled for ({g.expected}): widen the range "
+                f"given to torch._dynamo.mark_dynamic({code}, {g.dim}, min=..., max=...), or pad/bucket that dim "
+                "into it."
+            )
+        return (
+            f"Make dim {g.dim} of {who} dynamic before the compiled call: "
+            f"torch._dynamo.mark_dynamic({code}, {g.dim}) — or compile with torch.compile(..., dynamic=True). "
+            f"If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) so each compiles once."
+        )
+    if k == G.ITEM:
+        return (
+            "Keep the value a tensor instead of calling .item()/.tolist() on it (e.g. `x / t` rather than "
+            "`x / t.item()`; torch.where/clamp instead of Python branches), so it stays inside the graph; "
+            "or set torch._dynamo.config.capture_scalar_outputs = True so .item() is traced as a symbolic value "
+            "instead of breaking the graph and being baked in as a constant."
+        )
+    if k == G.SCALAR:
+        return (
+            f"Pass '{name}' as a 0-d tensor (torch.tensor({name})) rather than a Python number, or compile with "
+            "dynamic=True so Dynamo treats it symbolically. A value that takes only a few fixed values is fine: "
+            "each compiles once."
+        )
+    if k == G.DTYPE:
+        vals = values or [v for v in (g.expected, g.actual) if v]
+        seen = f" (it arrived as {', '.join(vals[:-1])} and {vals[-1]})" if len(vals) >= 2 else ""
+        return (
+            f"Give {tensor_names(name)[0]} one dtype on every call{seen}: cast it before the compiled call, e.g. "
+            f"{tensor_names(name)[1]}.to(torch.float32), or keep autocast settings consistent."
+        )
+    if k == G.DEVICE:
+        return (
+            f"Keep {tensor_names(name)[0]} on one device: move it before the compiled call "
+            f"({tensor_names(name)[1]}.to(device)); a tensor on another device needs a different graph."
+        )
+    if k == G.DISPATCH:
+        return (
+            f"{tensor_names(name)[0]} was created differently on some calls — typically under torch.inference_mode(), "
+            "which makes inference tensors with other dispatch keys: create the inputs the same way every time "
+            "(torch.no_grad() instead of torch.inference_mode() around code that feeds the compiled function)."
+        )
+    if k == G.REQUIRES_GRAD:
+        who, code = tensor_names(name)
+        return (
+            f"{who} sometimes requires grad and sometimes not: pass {code}.detach() where no gradient is needed "
+            "(or set requires_grad the same way every time); each variant otherwise keeps its own graph."
+        )
+    if k == G.RANK:
+        return (
+            f"{tensor_names(name)[0]} arrives with a different number of dimensions: reshape it consistently before "
+            "the compiled call (e.g. always keep the batch dimension)."
+        )
+    if k == G.STRIDE:
+        who, code = tensor_names(name)
+        return (
+            f"{who} arrives with a different memory layout (e.g. a transposed or sliced view): call "
+            f"{code}.contiguous() before the compiled call."
+        )
+    if k == G.GRAD_MODE:
+        return (
+            "Expected once per mode: the graphs with and without torch.no_grad() both stay cached, so switching "
+            "back and forth costs nothing more. If the no-grad calls are rare (evaluation), run them on the "
+            "uncompiled function/module to skip this compile; never toggle grad mode inside the compiled region."
+        )
+    if k == G.GLOBAL_STATE:
+        low = name.lower()
+        if "autocast" in low:
+            return (
+                "The function ran both inside and outside torch.autocast (or with another autocast dtype): call "
+                "it under the same autocast context every time, or move the autocast block inside it."
+            )
+        if "default_dtype" in low:
+            return "torch.set_default_dtype() changed between calls: set it once at start-up, before compiling."
+        if "deterministic" in low:
+            return "torch.use_deterministic_algorithms() was toggled between calls: set it once at start-up."
+        return f"Global torch state '{name}' changed between calls: set it once at start-up, not inside the loop."
+    if k == G.TRAINING:
+        return (
+            "Expected once per mode: after module.train()/eval() both graphs stay cached, so switching back and "
+            "forth costs nothing more. If evaluation is rare, run it on the uncompiled module (the module you "
+            "passed to torch.compile, or compiled._orig_mod) to skip this compile."
+        )
+    if k == G.MODULE_ATTR:
+        attr = name.rsplit(".", 1)[-1]
+        owner = name.rsplit(".", 1)[0] if "." in name else "self"
+        if G.is_int(g.expected) or (g.hint and "integer attributes" in g.hint):
+            return (
+                f"'{name}' is an int attribute, which torch.compile treats as a constant: every new value is a "
+                f"new graph. Keep it in a tensor instead — {owner}.register_buffer('{attr}', torch.zeros((), "
+                f"dtype=torch.long)) and update it in place ({name}.fill_(value) or {name} += 1) — or set "
+                "torch._dynamo.config.allow_unspec_int_on_nn_module = True so int attributes are traced as "
+                "dynamic values."
+            )
+        return (
+            f"'{name}' is read as a Python constant and changed between calls: if it changes often, store it as a "
+            f"tensor ({owner}.register_buffer('{attr}', torch.tensor(...))) and update it in place "
+            f"({name}.fill_(value)); otherwise keep it fixed while the loop runs."
+        )
+    if k == G.GLOBAL:
+        return (
+            f"The global '{name}' is read inside the compiled function and changed between calls: pass it as an "
+            f"argument instead — a tensor if it changes every step (e.g. fn(x, torch.tensor({name}))) — or keep "
+            "it constant while the loop runs."
+        )
+    if k == G.LENGTH:
+        return (
+            f"'{name}' has a different length on each call: stack its items into one tensor (torch.stack, "
+            "padding if needed), or keep its length fixed."
+        )
+    if k == G.CONTAINER:
+        return (
+            f"A value inside '{name}' changed between calls: pass values that change as tensors, or read them "
+            "outside the compiled function."
+        )
+    if k == G.FLAG:
+        return (
+            f"The flag '{name}' changed: each value compiles its own graph, which is fine for a few values; if it "
+            "flips every call, move the branch out of the compiled function."
+        )
+    if k == G.IDENTITY:
+        return (
+            f"A new object is passed as '{name}' on each call (e.g. a lambda, closure or module built inside the "
+            "loop): create it once, outside the loop, and reuse it."
+        )
+    if k == G.TYPE:
+        if g.actual and "Parameter" in g.actual:
+            return (
+                f"'{name}' is sometimes an nn.Parameter and sometimes a plain tensor: pass {name}.detach() (or "
+                "always the parameter) so it has one type."
+            )
+        return f"'{name}' changed type between calls: pass the same type every time (e.g. always a tensor, or always an int)."
+    if k == G.INVALIDATED:
+        return (
+            "An object a cached graph depends on was freed, so the graph was dropped and compiled again: create "
+            "models, modules and helper objects once and keep them alive instead of re-creating them in the loop."
+        )
+    return "Keep the values the compiled code reads (arguments, globals, module attributes) stable between calls; see the guard text above."
