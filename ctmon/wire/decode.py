@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 
 from ctmon.wire.events import KINDS, AnyEvent, Autotune, Event, Unknown
+from ctmon.wire.protocol import MAX_DEPTH, MAX_LINE_BYTES, too_deep
 
-MAX_LINE_BYTES = 1 << 20
-MAX_DEPTH = 32
+__all__ = ["MAX_DEPTH", "MAX_LINE_BYTES", "Decoder", "from_dict", "too_deep", "typed"]
 
 
 class _Head(msgspec.Struct, gc=False):
@@ -131,23 +131,6 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, UnicodeDecodeError):
         return "not UTF-8"
     return str(e)[:200]
-
-
-def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """True if lists/objects nest deeper than ``limit`` (iterative: never recurses)."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Iterable[Any] = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return False
 
 
 def typed(obj: Event | Unknown | dict[str, Any]) -> Event | Unknown | None:

@@ -229,16 +229,13 @@ class SocketFeed(Feed):
         ev: dict[str, Any] = {"kind": "control", "t": time.time(), "action": action}
         if action == "stop" and grace is not None:
             ev["grace"] = grace
-        msg = protocol.encode(ev)
-        try:
-            with self._lock:
-                self._sock.sendall(msg)
-            return True
-        except OSError:
-            return False
+        return self._send(ev)
 
     def send_stdin(self, data: str) -> bool:
-        msg = protocol.encode({"kind": "control", "t": time.time(), "action": "stdin", "data": data})
+        return self._send({"kind": "control", "t": time.time(), "action": "stdin", "data": data})
+
+    def _send(self, ev: dict[str, Any]) -> bool:
+        msg = protocol.encode(ev)
         try:
             with self._lock:
                 self._sock.sendall(msg)
