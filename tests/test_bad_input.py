@@ -45,7 +45,7 @@ def _nobody_cmd() -> list[str]:
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", PY]
 
 
-_NOBODY_HAS_TORCH: list[bool] = []
+_NOBODY_CAN_IMPORT: dict[str, bool] = {}
 
 
 def as_nobody(
@@ -53,18 +53,21 @@ def as_nobody(
 ) -> subprocess.CompletedProcess[str]:
     if os.getuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("as root, every file is readable and writable: another user (setpriv, as root) is needed")
-    if needs_torch:
-        # The other user runs this same interpreter; if the virtual environment
-        # sits under a private directory (mktemp -d is 0700) it cannot import
-        # torch, and ctmon rightly stops at that check instead of the one under
-        # test. .ci/run opens its directory for this reason.
-        if not _NOBODY_HAS_TORCH:
-            probe = subprocess.run(
-                [*_nobody_cmd(), "-c", "import torch, ctmon"], cwd="/", capture_output=True, text=True, timeout=120
-            )
-            _NOBODY_HAS_TORCH.append(probe.returncode == 0)
-        if not _NOBODY_HAS_TORCH[0]:
-            pytest.skip(f"user {NOBODY} cannot import torch from {PY}: its environment is not readable by others")
+    # The other user runs this same interpreter; if the virtual environment or
+    # the checkout (an editable install) sits under a private directory
+    # (mktemp -d is 0700) it cannot import them, and ctmon rightly stops at
+    # that instead of the check under test. .ci/run opens its venv's directory
+    # for this reason.
+    what = "torch, ctmon" if needs_torch else "ctmon"
+    if what not in _NOBODY_CAN_IMPORT:
+        probe = subprocess.run(
+            [*_nobody_cmd(), "-c", f"import {what}"], cwd="/", capture_output=True, text=True, timeout=120
+        )
+        _NOBODY_CAN_IMPORT[what] = probe.returncode == 0
+    if not _NOBODY_CAN_IMPORT[what]:
+        pytest.skip(
+            f"user {NOBODY} cannot import {what} with {PY}: the environment or checkout is not readable by others"
+        )
     rt = tempfile.mkdtemp(prefix="ctbad-rt-")
     os.chown(rt, NOBODY, NOBODY)
     e = {**(env or env_with()), "CTMON_RUNTIME_DIR": rt, "XDG_STATE_HOME": "/nonexistent"}
