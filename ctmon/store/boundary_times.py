@@ -18,6 +18,11 @@ class BoundaryTimes(Sequence[float]):
 
     def __init__(self, series: StepSeries) -> None:
         self._s = series
+        # the last batch's times, as count_until built them: callers ask in
+        # time order (the findings walk every recompile), so most questions
+        # fall in the batch asked about last. Keyed by the batch's bounds, so
+        # a batch that grew since is built again.
+        self._within: tuple[int, int, list[float]] = (-1, -1, [])
 
     def __len__(self) -> int:
         return len(self._s.ns)
@@ -57,8 +62,11 @@ class BoundaryTimes(Sequence[float]):
             return 0
         start = s.starts[b]
         end = s.starts[b + 1] if b + 1 < len(s.starts) else len(s.ns)
-        t0 = s.t0s[b]
-        within = [t0 + c / 1e9 for c in accumulate(s.ns[start + 1 : end], initial=0)]
+        cb, cend, within = self._within
+        if cb != b or cend != end:
+            t0 = s.t0s[b]
+            within = [t0 + c / 1e9 for c in accumulate(s.ns[start + 1 : end], initial=0)]
+            self._within = (b, end, within)
         return start + find(within, t)
 
     def _from(self, k: int) -> Iterator[float]:

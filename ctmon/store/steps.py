@@ -231,7 +231,13 @@ class StepSeries:
         if self._p50_cache is not None and self._p50_cache[0] == key:
             return self._p50_cache[1]
         stride = n // sample
-        vals = sorted(v for v in map(self.interval_ms, range(1, n + 1, stride)) if v == v)
+        # slices of the arrays, not interval_ms per boundary: this runs with
+        # every analysis, over up to 2 * sample boundaries
+        if self.eff_ms is not None:
+            picked = [v for v in self.eff_ms[1 : n + 1 : stride] if v == v]
+        else:
+            picked = array("f", [d / 1e6 for d in self.ns[1 : n + 1 : stride] if d > 0]).tolist()
+        vals = sorted(picked)
         p50 = percentile(vals, 0.5)
         self._p50_cache = (key, p50)
         return p50

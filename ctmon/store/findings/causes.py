@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from ctmon.store.findings import guards as G
 
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
     from ctmon.store.session import Session
 
 GAP_S = 2.0
+
+# cascades(), per session and store revision: several rules ask within one
+# analysis, and over a long storm one answer costs a large part of a second
+_cascades: WeakKeyDictionary[Session, tuple[tuple[int, int], list[Cascade]]] = WeakKeyDictionary()
 
 Group = list[tuple["CompileRecord", G.Guard]]
 Key = tuple[str, str, "int | None"]
@@ -98,6 +103,16 @@ class Cascade:
 
 
 def cascades(s: Session) -> list[Cascade]:
+    rev = (s.rev["compile"], s.rev["steps"])
+    hit = _cascades.get(s)
+    if hit is not None and hit[0] == rev:
+        return hit[1]
+    out = _cascades_of(s)
+    _cascades[s] = (rev, out)
+    return out
+
+
+def _cascades_of(s: Session) -> list[Cascade]:
     mom = moments(s)
     groups: list[tuple[Frame, Group]] = []
     for f in s.compile.frames.values():
