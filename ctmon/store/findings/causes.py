@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -46,7 +47,37 @@ Group = list[tuple["CompileRecord", G.Guard]]
 Key = tuple[str, str, "int | None"]
 
 
+# recompiles() and by_cause() per frame, for as long as the frame gains no
+# compile: every recompile rule asks for each frame, on every analysis. The
+# frame is kept with its entry (an id alone could be reused by a new frame).
+_memo: dict[int, tuple[Frame, int, Group, dict[Key, Group]]] = {}
+_MEMO_FRAMES = 8192
+
+
 def recompiles(frame: Frame) -> Group:
+    """(record, cause) of each of the frame's recompiles, in order. Shared: not to be changed."""
+    return _memoised(frame)[2]
+
+
+def causes_of(frame: Frame) -> dict[Key, Group]:
+    """The frame's recompiles grouped by cause. Shared: not to be changed."""
+    return _memoised(frame)[3]
+
+
+def _memoised(frame: Frame) -> tuple[Frame, int, Group, dict[Key, Group]]:
+    n = len(frame.compiles)
+    hit = _memo.get(id(frame))
+    if hit is not None and hit[0] is frame and hit[1] == n:
+        return hit
+    pairs = _recompiles_of(frame)
+    entry = (frame, n, pairs, by_cause(pairs))
+    if len(_memo) >= _MEMO_FRAMES:
+        _memo.clear()
+    _memo[id(frame)] = entry
+    return entry
+
+
+def _recompiles_of(frame: Frame) -> Group:
     out = []
     for c in frame.compiles:
         if c.recompile_reason:
@@ -93,7 +124,7 @@ class Cascade:
     members: list[tuple[Frame, Group]]  # per frame, in the order the frames first recompiled
     moments: list[int]  # the moments it recompiled at, in order
 
-    @property
+    @cached_property  # sorted once: the rules and the ordering of cascades ask several times
     def pairs(self) -> Group:
         return sorted((p for _, g in self.members for p in g), key=lambda p: p[0].span[0])
 
@@ -116,7 +147,7 @@ def _cascades_of(s: Session) -> list[Cascade]:
     mom = moments(s)
     groups: list[tuple[Frame, Group]] = []
     for f in s.compile.frames.values():
-        groups.extend((f, pairs) for pairs in by_cause(recompiles(f)).values())
+        groups.extend((f, pairs) for pairs in causes_of(f).values())
     parent = list(range(len(groups)))
 
     def root(i: int) -> int:

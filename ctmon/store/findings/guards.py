@@ -122,12 +122,17 @@ _HINT = re.compile(r"\s*\((?:HINT: )?(?P<hint>[^()]*(?:\([^()]*\)[^()]*)*)\)")
 _DISPATCH_DEVICES = ("CPU", "CUDA", "HIP", "XPU", "MPS", "Meta", "Lazy", "PrivateUse1", "XLA", "HPU", "MTIA")
 
 
-@lru_cache(maxsize=4096)
 def classify(reason: str) -> Guard:
     """Classify the first guard line of a recompile reason (memoised: every rule asks)."""
-    text = (reason or "").strip()
+    # without its compile-id prefix, one reason recurs across frames and
+    # compiles ("tensor 'x' size mismatch ... expected 3, actual 4"), so the
+    # memo holds in a storm of thousands of recompiles
+    return _classify(_PREFIX.sub("", (reason or "").strip(), count=1))
+
+
+@lru_cache(maxsize=4096)
+def _classify(text: str) -> Guard:
     first = text.splitlines()[0] if text else ""
-    first = _PREFIX.sub("", first)
     body, comment = _split_comment(first)
     code = hint = None
     if comment:

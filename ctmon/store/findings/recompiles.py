@@ -58,11 +58,10 @@ def _limit(s: Session, frame: Frame) -> int | None:
 
 
 _key = C.key
-_by_cause = C.by_cause
 
 
-def _dominant(pairs: Group) -> Group:
-    groups = _by_cause(pairs)
+def _dominant(frame: Frame) -> Group:
+    groups = C.causes_of(frame)
     return max(groups.values(), key=len) if groups else []
 
 
@@ -74,14 +73,14 @@ def rule_recompile_limit(s: Session) -> list[Finding]:
         pairs = _recompiles(f)
         limit = _limit(s, f)
         evidence = []
-        for group in sorted(_by_cause(pairs).values(), key=len, reverse=True)[:6]:
+        for group in sorted(C.causes_of(f).values(), key=len, reverse=True)[:6]:
             g = group[0][1]
             vals = _values(group) if g.kind not in (G.ITEM, G.SCALAR) else [x.expected for _, x in group if x.expected]
             shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
             evidence.append(f"{len(group)}× {what_changed(g)}{shown}")
         refused = [c.compile_id for c in f.compiles if c.limit_hit]
         evidence.append(f"refused compile(s): {', '.join(refused[:5])}")
-        dom = _dominant(pairs)
+        dom = _dominant(f)
         fix = fix_for(dom[0][1]) if dom else ""
         fix += (
             " Raising torch._dynamo.config.recompile_limit only postpones the problem"
@@ -116,7 +115,7 @@ def rule_limit_approaching(s: Session) -> list[Finding]:
         if f.limit_hit or not limit or f.entries < max(3, int(limit * LIMIT_WARN_FRACTION)):
             continue
         pairs = _recompiles(f)
-        if any(len(group) >= 2 for group in _by_cause(pairs).values()):
+        if any(len(group) >= 2 for group in C.causes_of(f).values()):
             continue  # the shape/scalar/guard finding for that cause warns, and names the budget
         out.append(
             Finding(
@@ -146,7 +145,7 @@ def _groups(s: Session, kinds: set[str]) -> list[tuple[Frame, Group]]:
     out = []
     shared = C.merged(s)
     for f in s.compile.frames.values():
-        for key, pairs in _by_cause(_recompiles(f)).items():
+        for key, pairs in C.causes_of(f).items():
             if key[0] in kinds and (f.frame_id, key) not in shared:
                 out.append((f, pairs))
     return out
