@@ -50,6 +50,23 @@ def _unsafe(text: str) -> bool:
     return _FAST.search(text) is not None
 
 
+# What JSON text holds, at most, when one of its strings is unsafe: ESC and
+# every C0 control but newline and tab are written as escapes (\u001b, \r, \b,
+# \f); C1 controls, when escaped, as \u0080-\u009f; the line separators and
+# bidi controls as \u2028-\u202e and \u2066-\u2069 (or raw, then not ASCII);
+# DEL as itself. Matching more than that (\u0041, \u2010) only costs the slow
+# path. DEL is looked for apart: a pattern that starts with one literal byte
+# is searched for five times faster.
+_JSON_ESCAPE = re.compile(rb"\\(?:u00|u20[26]|[rbf])").search
+
+
+def plain_json(data: bytes) -> bool:
+    """A quick, sure yes: JSON text ``data`` holds no string a terminal would
+    act on. False means "look closer" (most such text is safe after all).
+    A few scans in C: about 0.5 us for a 400-byte line."""
+    return data.isascii() and b"\x7f" not in data and _JSON_ESCAPE(data) is None
+
+
 # The payload of a string sequence (OSC, DCS, ...): printable text only, so a
 # sequence never swallows a line break or another sequence. One that is not
 # terminated is not matched as a whole: its introducer is replaced and the

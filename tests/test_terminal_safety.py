@@ -21,6 +21,7 @@ import shutil
 import sys
 import time
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,11 +30,11 @@ from ctmon.cli import main as cli_main
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
-from ctmon.textsafe import PLACEHOLDER, clean, clean_tree, unsafe_spans
+from ctmon.textsafe import PLACEHOLDER, clean, clean_tree, plain_json, unsafe_spans
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.screens import DetailScreen
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import ListFeed
+from ctmon.wire.feeds import Feed, ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -386,11 +387,11 @@ def _one_of_each(items: list) -> list[int]:
     return sorted(set(firsts.values()) | {len(items) - 1} if items else set())
 
 
-async def _walk_tui(events: list[dict], size: tuple[int, int] = (160, 48)) -> list[str]:
+async def _walk_tui(events: list[dict], size: tuple[int, int] = (160, 48), feed: Feed | None = None) -> list[str]:
     """Draw the main screen and every detail screen (frames, breaks, events,
     output, findings); return what each would write."""
     seen = []
-    app = CtmonApp(ListFeed(events), replay=True, title="rec\x1b]0;PWNED\x07.jsonl")
+    app = CtmonApp(feed or ListFeed(events), replay=True, title="rec\x1b]0;PWNED\x07.jsonl")
     async with app.run_test(size=size) as pilot:
         await wait_loaded(pilot)
         await pilot.pause()
@@ -425,6 +426,34 @@ def test_tui_shows_no_escape_sequence_and_markup_literally() -> None:
     shown = "".join(screens)
     assert "PWNED" not in shown and "UFdORUQ" not in shown
     assert "[bold red]x" in shown and "[/]" in shown  # markup shown as typed, not interpreted
+
+
+@pytest.mark.parametrize("ascii_only", [False, True], ids=["utf8", "ascii-escapes"])
+def test_a_recording_on_disk_is_cleaned_as_it_is_decoded(tmp_path, ascii_only: bool) -> None:  # type: ignore[no-untyped-def]
+    """A recording read from disk is cleaned by its feed, line by line, from
+    the bytes (only lines that may hold a control are decoded events cleaned);
+    a writer that escapes every non-ASCII character (``\u202e``, ``\u009b``)
+    must not slip past that glance."""
+    events = poison(BASE, [TITLE, "\u202e", "\x9b2J", CLIPBOARD, "\u2066x"])
+    path = os.path.join(str(tmp_path), "rec.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps(e, ensure_ascii=ascii_only) + "\n")
+    screens = asyncio.run(_walk_tui([], feed=RecordingFeed(path)))
+    assert "PWNED" not in "".join(screens)
+
+
+_printable_or_not = st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=("Cs",))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(_printable_or_not, max_size=12), st.booleans())
+def test_plain_json_never_passes_an_unsafe_string(text: str, ascii_only: bool) -> None:
+    for data in (json.dumps({"s": text}, ensure_ascii=ascii_only).encode(), msgspec.json.encode({"s": text})):
+        if plain_json(data):
+            assert UNSAFE.search(text) is None, (text, data)
+    if not UNSAFE.search(text) and text.isascii() and text.isprintable():
+        assert plain_json(json.dumps({"s": text}).encode())  # the glance passes most text
 
 
 class _BrokenFeed(ListFeed):

@@ -49,7 +49,7 @@ from ctmon.tui.panels import HeaderBar, KeyBar
 from ctmon.tui.panes import Pane
 from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
 from ctmon.tui.replay_control import ReplayControl
-from ctmon.tui.safe import clean, clean_event
+from ctmon.tui.safe import CLEAN_EVENTS, clean, clean_event
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
 from ctmon.wire import protocol
@@ -108,7 +108,7 @@ class CtmonApp(App[AppResult]):
         # a recording is read again from the file when the replay moves back
         # (see Timeline), with the cleaning applied as it is read here
         path = feed.path if isinstance(feed, RecordingFeed) else None
-        self.timeline = Timeline(path=path, transform=clean_event) if replay else None
+        self.timeline = Timeline(path=path, fix=CLEAN_EVENTS) if replay else None
         self.ctx = ViewContext(
             self.full,
             live=bool(feed.live) and not replay,
@@ -167,13 +167,17 @@ class CtmonApp(App[AppResult]):
 
     def _read_feed(self) -> None:
         error = None
+        # recorded strings are cleaned off the UI thread (ctmon.textsafe): by
+        # the feed as it decodes, where it can judge the bytes, else here
+        feed_cleans = self.feed.fixes(CLEAN_EVENTS)
         try:
             for batch in self.feed.batches():
                 if self._stop_reading:
                     break
-                # recorded strings cleaned here, off the UI thread (ctmon.textsafe)
-                cleaned = [clean_event(ev) for ev in batch]
-                self.handoff.put(FileBatch(cleaned, batch.end) if isinstance(batch, FileBatch) else cleaned)
+                if not feed_cleans:
+                    cleaned = [clean_event(ev) for ev in batch]
+                    batch = FileBatch(cleaned, batch.end) if isinstance(batch, FileBatch) else cleaned
+                self.handoff.put(batch)
         except Exception as e:  # a broken socket or file: say so, keep showing what we have
             error = f"{type(e).__name__}: {e}"
         self._post(FeedEnded(error))
@@ -296,7 +300,10 @@ class CtmonApp(App[AppResult]):
         main = self.main
         if main is None or not main.is_mounted or self._closing or self._finished:
             return 0
-        self.ctx.catching_up = backlog
+        # a file (report view or replay) catches up until it is read to the
+        # end, also when the reader falls behind the fold for a moment: the
+        # findings would otherwise run over a half-read file
+        self.ctx.catching_up = backlog or (not self.feed.live and not self._drained)
         changed = 0
         with self.batch_update():
             for view in main.views():

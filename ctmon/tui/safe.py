@@ -11,15 +11,14 @@ objects, which show brackets literally.
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 from rich.text import Text
 
-from ctmon.textsafe import clean, clean_tree, dirty, unsafe, unsafe_spans
+from ctmon.textsafe import clean, clean_tree, dirty, plain_json, unsafe, unsafe_spans
 from ctmon.wire import events as E
+from ctmon.wire.decode import Fix
 
-__all__ = ["ansi_text", "clean", "clean_event", "safe_text"]
+__all__ = ["CLEAN_EVENTS", "ansi_text", "clean", "clean_event", "safe_text"]
 
 # Kinds with no free text (numbers and fixed names only), and the job's
 # output, which its own view cleans line by line (it keeps colours and
@@ -44,7 +43,7 @@ def clean_event(event: E.Event | E.Unknown) -> E.Event | E.Unknown:
             g.name and unsafe(g.name) for g in event.gpus or ()
         ):
             return event
-    if _clean_json(_encode(event)):
+    if plain_json(_encode(event)):
         return event
     raw = msgspec.to_builtins(event)
     if not dirty(raw):
@@ -54,17 +53,9 @@ def clean_event(event: E.Event | E.Unknown) -> E.Event | E.Unknown:
 
 
 _encode = msgspec.json.Encoder().encode
-# In JSON every C0 control but \n and \t is written as one of these escapes
-# (ESC, which starts every terminal sequence, as \u001b); DEL stays itself.
-_ESCAPED = re.compile(rb"\\(?:u00|[rbf])|\x7f").search
 
-
-def _clean_json(data: bytes) -> bool:
-    """A quick yes for most events: ASCII JSON with no escaped control
-    character holds no string a terminal would act on (C1 controls and bidi
-    overrides are not ASCII). Encoding in C and a few byte searches cost a
-    fifth of walking the event's values; anything else takes the exact path."""
-    return data.isascii() and _ESCAPED(data) is None
+#: clean_event, for a feed that decodes lines itself (see ctmon.wire.decode.Fix)
+CLEAN_EVENTS = Fix(clean_event, frozenset(_NO_TEXT_KINDS))
 
 
 def safe_text(text: Text, tab_size: int | None = 4) -> Text:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import accumulate, compress
 from operator import attrgetter
 
 from ctmon.store import Session
 from ctmon.wire import events as E
+from ctmon.wire.decode import Fix
 from ctmon.wire.recording import READ_CHUNK, StreamDecoder
 
 CHECKPOINT_EVERY = 25_000
@@ -38,11 +39,11 @@ class Timeline:
         self,
         checkpoint_every: int = CHECKPOINT_EVERY,
         path: str | None = None,
-        transform: Callable[[Decoded], Decoded] = lambda ev: ev,
+        fix: Fix | None = None,
     ) -> None:
         self.every = max(1, checkpoint_every)
         self.path = path  # the recording the events can be read from again
-        self._transform = transform  # what the viewer did to each event as it read it
+        self._fix = fix  # what the viewer's feed did to events as it read them (Decoder.decode_all)
         self._count = 0
         self._tmax = array("d")  # running max of event times (events are nearly, not strictly, ordered)
         self._marks: list[int] = []  # positions just after a mark event
@@ -151,9 +152,9 @@ class Timeline:
 
     def _read(self, offset: int) -> Iterator[Decoded]:
         assert self.path is not None
-        dec = StreamDecoder()
+        dec = StreamDecoder(fix=self._fix)
         with open(self.path, "rb") as f:
             f.seek(offset)
             while chunk := f.read(READ_CHUNK):
-                yield from map(self._transform, dec.feed(chunk))
-            yield from map(self._transform, dec.finish())
+                yield from dec.feed(chunk)
+            yield from dec.finish()

@@ -18,15 +18,27 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from ctmon.textsafe import plain_json
 from ctmon.wire.events import KINDS, AnyEvent, Autotune, Event, Unknown
 from ctmon.wire.protocol import MAX_DEPTH, MAX_LINE_BYTES, too_deep
 
 __all__ = ["MAX_DEPTH", "MAX_LINE_BYTES", "Decoder", "from_dict", "too_deep", "typed"]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What a reader does to some events as it decodes them (a viewer cleans
+    terminal controls out of their strings): ``apply`` to each event of a
+    kind not in ``skip`` whose line ``plain_json`` cannot pass at a glance."""
+
+    apply: Callable[[Event | Unknown], Event | Unknown]
+    skip: frozenset[type] = frozenset()
 
 
 class _Head(msgspec.Struct, gc=False):
@@ -67,9 +79,10 @@ class Decoder:
             return None
         return ev
 
-    def decode_all(self, lines: Iterable[bytes]) -> list[Event | Unknown]:
+    def decode_all(self, lines: Iterable[bytes], fix: Fix | None = None) -> list[Event | Unknown]:
         """Every event among ``lines`` (blank ones are not lines, bad ones are
-        left out and counted)."""
+        left out and counted). ``fix``: see ``Fix``; judged on the bytes at
+        hand, where the event would otherwise be encoded again to judge it."""
         out: list[Event | Unknown] = []
         add = out.append
         dec = self._event.decode
@@ -84,11 +97,13 @@ class Decoder:
                     continue  # a blank line is not a line
                 other = self.decode(line)
                 if other is not None:
-                    add(other)
+                    add(other if fix is None else fix.apply(other))
                 continue
             if type(ev) is Autotune and too_deep(ev.kernels, MAX_DEPTH - 2):
                 self.bad += 1
                 continue
+            if fix is not None and type(ev) not in fix.skip and not plain_json(line):
+                ev = fix.apply(ev)
             add(ev)
         return out
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ctmon.wire import protocol
-from ctmon.wire.decode import Decoder, typed
+from ctmon.wire.decode import Decoder, Fix, typed
 from ctmon.wire.events import Event, Exit, Refusal, Unknown
 from ctmon.wire.recording import ReadStats, StreamDecoder, open_recording, unreadable_note
 
@@ -44,9 +44,16 @@ BATCH_MAX = 2000
 class Feed:
     live = False
     name = ""
+    fix: Fix | None = None  # see fixes()
 
     def batches(self) -> Iterator[Batch]:
         raise NotImplementedError
+
+    def fixes(self, fix: Fix) -> bool:
+        """Have the feed apply ``fix`` to events that may need it, as it
+        reads them (see ``Decoder.decode_all``). False: this feed cannot
+        tell, and the caller applies ``fix.apply`` to every event itself."""
+        return False
 
     def control(self, action: str, grace: float | None = None) -> bool:
         return False
@@ -87,8 +94,12 @@ class RecordingFeed(Feed):
         self._closed = threading.Event()
         self._f = open_recording(path)  # raises RecordingError with a clear message
 
+    def fixes(self, fix: Fix) -> bool:
+        self.fix = fix
+        return True
+
     def batches(self) -> Iterator[Batch]:
-        dec = StreamDecoder(self.stats)
+        dec = StreamDecoder(self.stats, self.fix)
         f = self._f
         try:
             while not self._closed.is_set():
@@ -109,8 +120,8 @@ class RecordingFeed(Feed):
                 self._last_t = last[-1].t
                 yield FileBatch(last, dec.fed)
             note = unreadable_note(self.stats, self._last_t)
-            if note is not None:
-                yield [note]
+            if note is not None:  # it may quote the file
+                yield [note if self.fix is None else self.fix.apply(note)]
         finally:
             f.close()
 
@@ -194,8 +205,12 @@ class SocketFeed(Feed):
         self.oversized = 0
         self.error: str | None = None
 
+    def fixes(self, fix: Fix) -> bool:
+        self.fix = fix
+        return True
+
     def batches(self) -> Iterator[Batch]:
-        dec = StreamDecoder()
+        dec = StreamDecoder(fix=self.fix)
         sock = self._sock
         data, self._first = self._first, b""
         try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ctmon.wire import protocol
-from ctmon.wire.decode import Decoder
+from ctmon.wire.decode import Decoder, Fix
 from ctmon.wire.errors import RecordingError
 from ctmon.wire.events import Event, Note, SessionStart, Unknown, kind_of
 
@@ -53,8 +53,9 @@ Decoded = Event | Unknown
 class StreamDecoder:
     """Chunks of a byte stream in, typed events out; ``stats`` says what was skipped."""
 
-    def __init__(self, stats: ReadStats | None = None) -> None:
+    def __init__(self, stats: ReadStats | None = None, fix: Fix | None = None) -> None:
         self.stats = stats if stats is not None else ReadStats()
+        self.fix = fix  # see Decoder.decode_all
         self._splitter = protocol.LineSplitter()
         self._decoder = Decoder()
         self._fed = 0
@@ -88,11 +89,11 @@ class StreamDecoder:
             self._decoder.bad = bad  # cut off, not corrupt
             st.truncated_tail = True
             return []
-        return self._counted([last], 0)
+        return self._counted([last if self.fix is None else self.fix.apply(last)], 0)
 
     def _decode(self, lines: list[bytes]) -> list[Decoded]:
         bad = self._decoder.bad
-        events = self._decoder.decode_all(lines)
+        events = self._decoder.decode_all(lines, self.fix)
         return self._counted(events, self._decoder.bad - bad)
 
     def _counted(self, events: list[Decoded], bad: int) -> list[Decoded]:
