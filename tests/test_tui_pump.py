@@ -24,14 +24,15 @@ def _pump(timeline: Timeline | None = None) -> tuple[Pump, list[int]]:
 def test_a_slice_out_of_time_carries_the_rest_of_its_batch() -> None:
     tl = Timeline()
     pump, _ = _pump(tl)
-    pump.handoff.put(_notes(100))
+    total = 2 * SLICE_EVENTS + 36  # a batch of three slices, the last short
+    pump.handoff.put(_notes(total))
     n, out_of_time = pump.fold(perf_counter() - 1)  # the deadline has passed: one slice
     assert (n, out_of_time) == (SLICE_EVENTS, True)
     assert pump.backlog and not pump.empty and pump.handoff.pending == 0
     while not pump.empty:
         pump.fold(perf_counter() - 1)
-    assert pump.applied == 100 and pump.store.events == 100
-    assert len(tl) == 100  # each batch reached the timeline once, carried or not
+    assert pump.applied == total and pump.store.events == total
+    assert len(tl) == total  # each batch reached the timeline once, carried or not
 
 
 def test_folding_before_a_repaint_leaves_the_wakeup_in_flight() -> None:

@@ -8,7 +8,8 @@ terminal would; very long lines are cut for display.
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
+from collections.abc import Iterable
+from itertools import chain, repeat
 from typing import NamedTuple
 
 MAX_LINES = 5000
@@ -20,10 +21,10 @@ class OutputLine(NamedTuple):
     text: str
 
 
-def _lines_of(stream: str, texts: list[str]) -> map[OutputLine]:
+def _lines_of(streams: Iterable[str], texts: list[str]) -> map[OutputLine]:
     # tuple.__new__ builds each line in C: the NamedTuple's own __new__ is a
     # Python function, and 100k+ lines a second arrive while catching up
-    return map(tuple.__new__, repeat(OutputLine), zip(repeat(stream), texts))
+    return map(tuple.__new__, repeat(OutputLine), zip(streams, texts, strict=False))
 
 
 class OutputBuffer:
@@ -33,18 +34,26 @@ class OutputBuffer:
         self.total_lines = 0
         self.total_chars = 0
 
-    def feed_run(self, stream: str, chunks: list[str]) -> None:
-        """Several chunks of one stream, in order: the same lines as feeding
-        each, in one split when they are whole lines (a logging loop's)."""
+    def feed_many(self, streams: list[str], chunks: list[str]) -> None:
+        """Chunks in order, each of its stream: the same lines as feeding each,
+        in one split when every chunk is whole lines (a logging loop's, or a
+        storm of warnings on stderr between prints on stdout)."""
         data = "".join(chunks)
-        whole = not self._partial.get(stream) and "\r" not in data
-        if whole and all(c[-1:] == "\n" and len(c) <= MAX_LINE_CHARS for c in chunks):
+        if (
+            "\r" not in data
+            and not any(self._partial.values())
+            and all(c[-1:] == "\n" for c in chunks)
+            and max(map(len, chunks)) <= MAX_LINE_CHARS
+        ):
             self.total_chars += len(data)
+            # each chunk's stream, once per line of it: in C, no loop here
+            counts = map(str.count, chunks, repeat("\n"))
+            per_line = chain.from_iterable(map(repeat, streams, counts))
             lines = data[:-1].split("\n")
-            self.lines.extend(_lines_of(stream, lines))
+            self.lines.extend(_lines_of(per_line, lines))
             self.total_lines += len(lines)
             return
-        for chunk in chunks:
+        for stream, chunk in zip(streams, chunks, strict=True):
             self.feed(stream, chunk)
 
     def feed(self, stream: str, data: str) -> None:
@@ -53,7 +62,7 @@ class OutputBuffer:
             # the usual chunk, whole lines of a logging loop: no partial line to
             # join, no progress bar to resolve, nothing to cut
             lines = data[:-1].split("\n")
-            self.lines.extend(_lines_of(stream, lines))
+            self.lines.extend(_lines_of(repeat(stream), lines))
             self.total_lines += len(lines)
             return
         buf = self._partial.get(stream, "") + data

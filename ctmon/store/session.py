@@ -173,13 +173,14 @@ class Session:
         # them a little later than the output and samples around them gives
         # the same store; device windows, which name step indices, wait for
         # the steps before them.
-        # Output lines of one stream in a row (steps between them do not
-        # count) are split into lines together, the same way.
-        steps_kind, device_kind, output_kind = E.Steps, E.DeviceTime, E.Output
+        # Output chunks are split into lines together, the same way: only
+        # the exit (which flushes a partial line) and the general path read
+        # the output buffer, so other events between them wait (in a compile
+        # storm, output of both streams and compiles interleave).
+        steps_kind, device_kind, output_kind, exit_kind = E.Steps, E.DeviceTime, E.Output, E.Exit
         handlers, apply = self._handlers, self.apply
         run: list[E.Steps] = []
-        chunks: list[str] = []
-        stream = ""
+        outs: list[E.Output] = []
         for ev in events:
             kind = type(ev)
             if kind is steps_kind:
@@ -191,26 +192,22 @@ class Session:
                 continue
             first, last = self.first_t, self.last_t
             if kind is output_kind and first is not None and last is not None:
-                out: E.Output = ev  # type: ignore[assignment]
                 self.events += 1
-                t = out.t
+                t = ev.t  # type: ignore[union-attr]
                 if t > last:
                     self.last_t = t
                 elif 0 < t < first:
                     self.first_t = t
-                if chunks and (out.stream or "stdout") != stream:
-                    self._fold_output(stream, chunks)
-                    chunks = []
-                stream = out.stream or "stdout"
-                chunks.append(out.data)
+                outs.append(ev)  # type: ignore[arg-type]
                 continue
-            if chunks:
-                self._fold_output(stream, chunks)
-                chunks = []
             if run and kind is device_kind:
                 self._fold_steps(run)
                 run = []
+                first, last = self.first_t, self.last_t  # the run may have moved them
             handler = handlers.get(kind)  # type: ignore[arg-type]
+            if outs and (kind is exit_kind or handler is None or first is None or last is None):
+                self._fold_output(outs)
+                outs = []
             if handler is None or first is None or last is None:
                 apply(ev)  # the general way: dicts, unknown kinds, the first events
                 continue
@@ -225,15 +222,15 @@ class Session:
                 handler(ev)
             except (TypeError, ValueError, OverflowError, ZeroDivisionError):
                 self.bad_events += 1
-        if chunks:
-            self._fold_output(stream, chunks)
+        if outs:
+            self._fold_output(outs)
         if run:
             self._fold_steps(run)
         return self
 
-    def _fold_output(self, stream: str, chunks: list[str]) -> None:
-        self.output.feed_run(stream, chunks)
-        self.rev["output"] += len(chunks)
+    def _fold_output(self, outs: list[E.Output]) -> None:
+        self.output.feed_many([o.stream or "stdout" for o in outs], [o.data for o in outs])
+        self.rev["output"] += len(outs)
 
     def _fold_steps(self, run: list[E.Steps]) -> None:
         times = [ev.t for ev in run if ev.t > 0]

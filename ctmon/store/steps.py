@@ -99,28 +99,52 @@ class StepSeries:
 
     def add_batches(self, batches: Sequence[E.Steps]) -> None:
         """``steps`` events of this source, in a row: what ``add_batch`` does
-        for each, in one loop (reading a long run is mostly this)."""
-        ns, starts, t0s, maxes = self.ns, self.starts, self.t0s, self.maxes
+        for each, in one loop (reading a long run is mostly this). The usual
+        batches' deltas are gathered into one list and packed, summed and
+        scanned for their maxima by numpy at once: per batch in Python that
+        was ~1.5 us of a 50-boundary batch, most of folding a step storm."""
         last_t = self._last_t
+        gathered: list[int] = []
+        offsets: list[int] = []  # where each batch starts in ``gathered``
+        walls: list[float] = []
         for ev in batches:
-            n = len(ns)
             deltas = ev.ns
-            if ev.i0 != n or not deltas or self.eff_ms is not None or self._pending_windows:
-                self._last_t = last_t
+            if ev.i0 != len(self.ns) + len(gathered) or not deltas or self.eff_ms is not None or self._pending_windows:
+                self._last_t = self._pack(gathered, offsets, walls, last_t)
+                gathered, offsets, walls = [], [], []
                 self.add_batch(ev.i0, ev.t, deltas, True)  # the uncommon cases, one by one
                 last_t = self._last_t
                 continue
-            t0 = ev.t
-            if n and t0 < last_t:
-                t0 = last_t
-            starts.append(n)
+            offsets.append(len(gathered))
+            walls.append(ev.t)
+            gathered += deltas
+        self._last_t = self._pack(gathered, offsets, walls, last_t)
+
+    def _pack(self, gathered: list[int], offsets: list[int], walls: list[float], last_t: float) -> float:
+        """Append batches gathered by ``add_batches``; returns the wall time
+        of the last boundary."""
+        if not gathered:
+            return last_t
+        import numpy as np
+
+        ns, t0s = self.ns, self.t0s
+        base = len(ns)
+        deltas = np.array(gathered, dtype=np.int64)
+        at = np.array(offsets, dtype=np.intp)
+        self.maxes.frombytes(np.maximum.reduceat(deltas, at).tobytes())
+        self.starts.frombytes((at + base).astype(np.int64).tobytes())
+        # a batch spans its deltas after the first (which leads up to it)
+        spans = ((np.add.reduceat(deltas, at) - deltas[at]) / 1e9).tolist()
+        if not base:
+            deltas[0] = 0  # nothing before the very first boundary
+        ns.frombytes(deltas.tobytes())
+        for t0, span in zip(walls, spans, strict=True):
+            if base and t0 < last_t:
+                t0 = last_t  # times stay non-decreasing across batches (bisect relies on them)
+            base = 1
             t0s.append(t0)
-            maxes.append(max(deltas))
-            ns.extend(deltas)
-            if not n:
-                ns[0] = 0
-            last_t = t0 + (sum(deltas) - deltas[0]) / 1e9
-        self._last_t = last_t
+            last_t = t0 + span
+        return last_t
 
     def mark(self) -> SeriesMark:
         """This series as it is now, for a snapshot of the store: its arrays
