@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, assert_matches_torch_trace, record
+from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, record
 
 from ctmon.store import Session
 from ctmon.store.findings import analyze
@@ -108,3 +108,28 @@ def test_a_compiled_step_that_captured_nothing_says_it_runs_eager(runs):
     assert not r.rule("compile-cost")  # not "[info] Compilation took 0.2 s"
     fixed = runs["empty-fixed"]
     assert not fixed.rule("empty-graphs") and fixed.rule("compile-cost")
+
+
+def test_library_frames_breaks_and_findings_name_the_users_own_line(runs):
+    """GPT-2's frames live in transformers: each also carries the script's
+    line that called the model, and so does every finding located there."""
+    r = runs["gpt2"]
+    line = marker(GPT2, "SEQ-CALL")
+    mine = {"file": GPT2, "line": line}
+
+    def lead(item: dict[str, Any]) -> dict[str, Any] | None:
+        c = item.get("called_from")
+        return {"file": c["file"], "line": c["line"]} if c else None
+
+    library = [f for f in r.rep["frames"] if "/site-packages/" in (f["file"] or "")]
+    assert library, r.rep["frames"]
+    assert all(lead(f) == mine for f in library), [(f["name"], f["called_from"]) for f in library]
+    assert all(f["called_from"] is None for f in r.rep["frames"] if f not in library)
+    assert all(f["called_from"]["code"] == "out = cmodel(input_ids=ids, labels=ids)  # SEQ-CALL" for f in library)
+    for b in r.rep["graph_breaks"]:
+        assert lead(b) == (mine if "/site-packages/" in (b["file"] or "") else None), b
+    (f,) = r.rule(*RECOMPILE_RULES)
+    assert lead(f) == mine
+    text = ctmon("report", r.run.recording)
+    assert text.returncode == 0, text.stderr
+    assert re.search(rf"called from \S*{os.path.basename(GPT2)}:{line}: out = cmodel", text.stdout), text.stdout

@@ -779,13 +779,22 @@ async def test_a_firehose_does_not_starve_the_screen(tmp_path) -> None:  # type:
         return real_display(screen, renderable)
 
     app._display = counting_display  # type: ignore[method-assign]
+    folds: list[float] = []
+    real_fold = app.pump.fold
+
+    def timed_fold(deadline):  # type: ignore[no-untyped-def]
+        out = real_fold(deadline)
+        if out[0]:
+            folds.append(time.perf_counter())
+        return out
+
+    app.pump.fold = timed_fold  # type: ignore[method-assign]
     async with app.run_test(size=WIDE) as pilot:
-        await wait_until(pilot, lambda: app.applied > 0, 20)
-        start = time.perf_counter()
-        # the window is the folding; the findings then run once over the
-        # whole history, a separate cost
+        # the window is the folding, from its first slice to its last; the
+        # findings then run once over the whole history, a separate cost
         assert await wait_until(pilot, lambda: app.applied == len(events), 120)
-        end = time.perf_counter()
         await wait_loaded(pilot, timeout=120)
+        start, end = folds[0], folds[-1]
         during = [p for p in paints if start <= p <= end]
-        assert len(during) >= max(3, (end - start) * 3), (len(during), end - start)
+        # a starved screen paints once or not at all however long the fold
+        assert len(during) >= max(2, int((end - start) * 3)), (len(during), end - start)

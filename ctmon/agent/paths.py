@@ -3,7 +3,9 @@
 Used to point every compile and graph break at code the user can change. Not
 the user's: PyTorch itself, the standard library, ctmon, and synthetic names
 such as ``<frozen runpy>`` or ``<string>``. Third-party packages (transformers,
-timm, ...) *are* treated as user code: that is where their graph breaks live.
+timm, ...) count where a frame or break is located (that is where their graph
+breaks live), and each such place also carries the user's *own* line that led
+there (``called_from``): the innermost frame outside every installed package.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import sys
 import sysconfig
 from functools import lru_cache
+from typing import Any
 
 _CTMON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,6 +60,27 @@ def is_user_file(path: str | None) -> bool:
     if "site-packages" in full or "dist-packages" in full:
         return True
     return not full.startswith(_stdlib_dirs())
+
+
+@lru_cache(maxsize=4096)
+def is_own_file(path: str | None) -> bool:
+    """The user's own code: a file that is not part of an installed package
+    (site-packages, dist-packages), PyTorch, the standard library, ctmon or
+    a synthetic name. An editable install of the user's project counts as
+    theirs: it lives where they work, not in site-packages."""
+    if not is_user_file(path):
+        return False
+    full = os.path.abspath(str(path))
+    return "site-packages" not in full and "dist-packages" not in full
+
+
+def called_from(stack: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The innermost frame of the user's own code in a stack listed outermost
+    first: the user's line that led into library code."""
+    for fr in reversed(stack):
+        if is_own_file(fr.get("file")):
+            return {k: fr[k] for k in ("file", "line", "name", "code") if fr.get(k) is not None}
+    return None
 
 
 def is_ctmon_file(path: str | None) -> bool:

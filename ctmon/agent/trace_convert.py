@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from ctmon.agent.paths import is_ctmon_file, is_user_file
+from ctmon.agent.paths import called_from, is_ctmon_file, is_own_file, is_user_file
 from ctmon.agent.trace import BWD_FIELDS, CACHE_ARTIFACTS, METRIC_FIELDS
 from ctmon.wire import protocol
 
@@ -136,6 +136,10 @@ class TraceConverter:
 
     def __init__(self) -> None:
         self._strings: dict[int, str] = {}
+        # compile id -> the user's own line into it (a library's frame): a
+        # break inside the compile whose own stack starts at the compiled
+        # frame falls back to it; dropped when the compile ends
+        self._called: dict[str, dict[str, Any]] = {}
 
     @staticmethod
     def compile_id(md: dict[str, Any]) -> str | None:
@@ -159,6 +163,7 @@ class TraceConverter:
         if name == "dynamo_start":
             ev = self._dynamo_start(md, extra, base)
         elif name == "compilation_metrics":
+            self._called.pop(str(base["compile_id"]), None)
             ev = self._metrics(md, base)
             if isinstance(extra, dict):
                 ev.update(extra.get("cfg") or {})
@@ -174,6 +179,10 @@ class TraceConverter:
             ev = {"kind": protocol.GRAPH_BREAK, **base, **parse_graph_break(extra or "")}
             # the job's stack starts in ctmon's launcher: not the user's code
             ev["user_stack"] = [f for f in ev.get("user_stack") or [] if not is_ctmon_file(f.get("file"))]
+            if not is_own_file(ev.get("file")):  # a break inside a library: the user's line into it
+                mine = called_from(ev["user_stack"]) or self._called.get(str(base["compile_id"]))
+                if mine is not None:
+                    ev["called_from"] = mine
         elif name == "recompile_reasons":
             ev = {"kind": protocol.RECOMPILE_REASONS, **base, "reasons": parse_reasons(extra)}
         elif name in CACHE_ARTIFACTS:
@@ -211,6 +220,12 @@ class TraceConverter:
         # wrapper (torch.compile(module)); a user function names itself.
         user_code = bool(stack) and is_user_file(stack[-1]["file"])
         ev["user_code"] = user_code
+        if stack and not is_own_file(stack[-1]["file"]):  # a library's frame: the user's line into it
+            mine = called_from(stack)
+            if mine is not None:
+                ev["called_from"] = mine
+                if len(self._called) < 1000:  # ids of compiles that never finish must not pile up
+                    self._called[str(base["compile_id"])] = mine
         extra = extra if isinstance(extra, dict) else {}
         attr = extra.get("attr")
         if isinstance(attr, dict) and stack:

@@ -15,6 +15,7 @@ import msgspec
 import ctmon
 from ctmon.store import Session
 from ctmon.store.compiles import Frame
+from ctmon.store.findings.model import called_from_dict
 from ctmon.wire.protocol import finite
 
 REPORT_VERSION = 1
@@ -85,6 +86,7 @@ def build_report(s: Session) -> dict[str, Any]:
                 "explanation": b.explanation,
                 "hints": b.hints,
                 "url": b.url,
+                "called_from": called_from_dict(b.called_from),
                 "user_stack": [_fields(fr, omit_none=True) for fr in b.user_stack],
             }
             for b in cs.breaks_sorted()
@@ -119,6 +121,7 @@ def _frame(f: Frame) -> dict[str, Any]:
         "line": f.loc.line,
         "code": {"name": f.code.name, "file": f.code.file, "line": f.code.line},
         "module": f.module,
+        "called_from": called_from_dict(f.called_from),
         "compiles": len(f.compiles),
         "recompiles": f.recompiles,
         "recompile_reasons": reasons,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctmon.locations import where
 from ctmon.report.text import exit_text, fmt_ms, fmt_s
 from ctmon.textsafe import clean, clean_tree
 
@@ -12,11 +13,7 @@ SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
 
 def _where(file: str | None, line: int | None, cwd: str | None) -> str:
-    if not file:
-        return ""
-    if cwd and file.startswith(cwd.rstrip("/") + "/"):
-        file = file[len(cwd.rstrip("/")) + 1 :]
-    return f"`{file}:{line}`" if line is not None else f"`{file}`"
+    return f"`{where(file, line, cwd)}`" if file else ""
 
 
 def _cell(text: str) -> str:
@@ -52,8 +49,15 @@ def markdown(r: dict[str, Any]) -> str:
     if findings:
         out += [f"#### Findings ({len(findings)})", ""]
         for f in findings:
-            where = _where(f.get("file"), f.get("line"), cwd)
-            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {where + ' — ' if where else ''}{f['title']}")
+            at = _where(f.get("file"), f.get("line"), cwd)
+            called = f.get("called_from") or {}
+            if called.get("file"):  # the user's own line first: the library's place is where it led
+                at = (
+                    f"{_where(called['file'], called.get('line'), cwd)} → {at}"
+                    if at
+                    else _where(called["file"], called.get("line"), cwd)
+                )
+            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {at + ' — ' if at else ''}{f['title']}")
             if f.get("fix"):
                 out.append(f"  - Fix: {f['fix']}")
             if f.get("evidence"):

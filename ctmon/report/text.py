@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from ctmon import locations
 from ctmon.textsafe import clean, clean_tree
 
 
@@ -37,10 +38,14 @@ def fmt_s(v: float | None) -> str:
     return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
 
 
-def where(file: str | None, line: int | None) -> str:
-    if not file:
-        return "?"
-    return f"{file}:{line}" if line is not None else file
+def where(file: str | None, line: int | None, cwd: str | None = None) -> str:
+    return locations.where(file, line, cwd)
+
+
+def _lead(item: dict[str, Any], cwd: str | None) -> str:
+    """`` (called from train.py:42)`` after a place in a library's code."""
+    text = locations.called_from_text(item.get("called_from"), cwd)
+    return f" ({text})" if text else ""
 
 
 def exit_text(r: dict[str, Any]) -> str:
@@ -76,7 +81,9 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
         )
     for f in r.get("findings", [])[:3]:
         if f.get("severity") in ("critical", "warning"):
-            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']} ({where(f.get('file'), f.get('line'))})")
+            at = where(f.get("file"), f.get("line"), r.get("cwd"))
+            called = locations.called_from_text(f.get("called_from"), r.get("cwd"))
+            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']} ({at}{', ' + called if called else ''})")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         lines.append(
@@ -89,6 +96,7 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
 
 def full_text(r: dict[str, Any]) -> str:
     r = clean_tree(r)
+    cwd = r.get("cwd")
     out: list[str] = []
     add = out.append
     name = " ".join(r.get("command") or []) or "job"
@@ -117,8 +125,14 @@ def full_text(r: dict[str, Any]) -> str:
         add(f"Findings ({len(findings)})")
         for f in findings:
             add(f"  [{f['severity']}] {f['title']}")
+            called = f.get("called_from")
+            if called and called.get("file"):  # the user's own line first, then the library's
+                add(
+                    f"      {locations.called_from_text(called, cwd)}"
+                    + (f": {called['code']}" if called.get("code") else "")
+                )
             if f.get("file"):
-                add(f"      at {where(f.get('file'), f.get('line'))}")
+                add(f"      at {where(f.get('file'), f.get('line'), cwd)}")
             for e in (f.get("evidence") or [])[:4]:
                 add(_wrap(e, "      - ", "        "))
             if f.get("fix"):
@@ -158,8 +172,8 @@ def full_text(r: dict[str, Any]) -> str:
         for f in frames:
             flag = "  LIMIT HIT, runs eager" if f["limit_hit"] else ""
             add(
-                f"  {where(f['file'], f['line'])}  {f['name']}: {f['compiles']} compiles, "
-                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}"
+                f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {f['compiles']} compiles, "
+                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
             for reason in f["recompile_reasons"][:5]:
                 add(f"      recompiled: {reason.splitlines()[0][:160]}")
@@ -170,7 +184,7 @@ def full_text(r: dict[str, Any]) -> str:
         add("")
         add("Graph breaks")
         for b in gbs:
-            add(f"  {where(b['file'], b['line'])}  ×{b['count']}  {b['reason']}")
+            add(f"  {where(b['file'], b['line'], cwd)}  ×{b['count']}  {b['reason']}{_lead(b, cwd)}")
     cache = r["cache"]
     add("")
     add("Caches")

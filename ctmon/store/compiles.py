@@ -78,6 +78,7 @@ class CompileRecord:
     fx_hits: int = 0
     fx_misses: int = 0
     ok: bool = True
+    called_from: E.StackFrame | None = None  # the user's own line into a library's frame
     guard: Any = field(default=None, repr=False, compare=False)  # the findings engine's parse of the reason
 
     @property
@@ -100,6 +101,7 @@ class Frame:
     limit_hit: bool = False
     entries: int = 0  # cache entries (compiled versions) held for the code object
     recompile_limit: int | None = None
+    called_from: E.StackFrame | None = None  # a library's frame: the user's line that first led there
 
     @property
     def recompiles(self) -> int:
@@ -132,6 +134,7 @@ class BreakSite:
     user_stack: list[E.StackFrame] = field(default_factory=list)
     url: str | None = None
     gb_id: str | None = None
+    called_from: E.StackFrame | None = None  # a library's break: the user's line that leads there
     count: int = 0
     first_t: float = 0.0
     last_t: float = 0.0
@@ -190,8 +193,11 @@ class CompileState:
         if ev.recompile_limit is not None:
             self.recompile_limit = ev.recompile_limit
         fid = ev.frame_id
-        if fid not in self.frames:
+        frame = self.frames.get(fid)
+        if frame is None:
             self.frames[fid] = self._new_frame(fid, ev)
+        elif frame.called_from is None and ev.called_from is not None:
+            frame.called_from = ev.called_from
 
     def _new_frame(self, fid: Any, start: E.CompileStart | None, metrics: E.Compile | None = None) -> Frame:
         if start is not None:
@@ -211,7 +217,8 @@ class CompileState:
         elif start.user is not None:
             u = start.user
             loc = Location(nonempty(u.file), u.line, module or code.name)
-        return Frame(frame_id=fid, loc=loc, code=code, module=module)
+        called = start.called_from if start is not None else None
+        return Frame(frame_id=fid, loc=loc, code=code, module=module, called_from=called)
 
     def on_reasons(self, ev: E.RecompileReasons) -> None:
         self._reasons[str(ev.compile_id)] = list(ev.reasons[:64])
@@ -247,6 +254,7 @@ class CompileState:
             cudagraph_skip=ev.cudagraph_skip_reason or None,
             fx_hits=ev.inductor_fx_local_cache_hit_count or 0,
             fx_misses=ev.inductor_fx_local_cache_miss_count or 0,
+            called_from=start.called_from if start is not None else None,
         )
         if rec.recompile_reason and not rec.guard_failures:
             rec.guard_failures = [rec.recompile_reason]
@@ -304,6 +312,8 @@ class CompileState:
             site.user_stack = list(ev.user_stack[:12])
             site.url = ev.url or None
             site.gb_id = ev.gb_id or None
+        if site.called_from is None:
+            site.called_from = ev.called_from
         if ev.compile_id is not None:
             cid = ev.compile_id
             if len(site.compile_ids) < self.MAX_SITE_IDS:

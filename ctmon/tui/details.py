@@ -13,6 +13,7 @@ from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
 from ctmon.tui.panels import localize
 from ctmon.tui.panes import budget
+from ctmon.wire.events import StackFrame
 
 SOURCE_CONTEXT = 5
 MAX_SOURCE_BYTES = 8 << 20
@@ -36,6 +37,14 @@ def _rel(ctx: ViewContext, t: float | None) -> str:
 # ------------------------------------------------------------------- frame
 
 
+def _called_from(out: Text, called: StackFrame | None, cwd: str | None) -> None:
+    """A place in a library's code: the user's own line that leads there."""
+    if called is None or not called.file:
+        return
+    out.append(f"  {fmt.called_from_text({'file': called.file, 'line': called.line}, cwd)}", "bold cyan")
+    out.append(f": {called.code}\n" if called.code else "\n")
+
+
 def frame_title(frame: Frame, ctx: ViewContext) -> str:
     return f"Frame {frame.title} at {fmt.where(frame.loc.file, frame.loc.line, ctx.cwd)}"
 
@@ -45,6 +54,7 @@ def frame_detail(frame: Frame, ctx: ViewContext) -> Text:
     out = Text()
     out.append(frame.title, "bold")
     out.append(f"  {fmt.where(frame.loc.file, frame.loc.line, cwd)}\n")
+    _called_from(out, frame.called_from, cwd)
     if frame.code.name and (frame.code.file, frame.code.line) != (frame.loc.file, frame.loc.line):
         out.append(f"  compiled code: {frame.code.name} at {fmt.where(frame.code.file, frame.code.line, cwd)}\n", "dim")
     if frame.module:
@@ -122,6 +132,7 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
     out.append(site.reason, "bold magenta")
     out.append(f"\n  at {fmt.where(site.file, site.line, cwd)} · {fmt.plural(site.count, 'break')}")
     out.append(f" · first {_rel(ctx, site.first_t)}, last {_rel(ctx, site.last_t)}\n", "dim")
+    _called_from(out, site.called_from, cwd)
     if len(site.reasons) > 1:
         for reason, n in site.reasons.most_common(5):
             out.append(f"  {n:>5}× {reason}\n", "dim")

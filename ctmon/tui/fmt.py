@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
+
+from ctmon.locations import called_from_text as called_from_text
+from ctmon.locations import place as place
+from ctmon.locations import short_path as short_path
+from ctmon.locations import where as where
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -92,36 +95,6 @@ def count(n: int) -> str:
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
-
-
-def short_path(path: str | None, cwd: str | None = None, narrow: bool = False) -> str:
-    """A path as a user wants to read it: relative to the job's directory when
-    it lies below it, ~ for the home directory, the base name when narrow."""
-    if not path:
-        return "?"
-    if narrow or path.startswith("<"):
-        return os.path.basename(path) or path
-    if cwd and os.path.isabs(path):
-        base = cwd.rstrip("/") + "/"
-        if path.startswith(base):
-            return path[len(base) :]
-    marker = "/site-packages/"
-    i = path.find(marker)
-    if i >= 0:
-        return path[i + len(marker) :]
-    home = os.path.expanduser("~")
-    if home and home != "/" and path.startswith(home + "/"):
-        return "~" + path[len(home) :]
-    return path
-
-
-@lru_cache(maxsize=4096)
-def where(file: str | None, line: int | None, cwd: str | None = None, narrow: bool = False) -> str:
-    """``file:line``, the one way ctmon writes a location."""
-    if not file:
-        return "?"
-    p = short_path(file, cwd, narrow)
-    return f"{p}:{line}" if line is not None else p
 
 
 def clip(text: str, width: int) -> str:

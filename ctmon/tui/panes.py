@@ -171,7 +171,7 @@ class FramesPane(Pane):
         if f.limit_hit and not reason:
             reason = "recompile limit hit"
         return [
-            (fmt.where(f.loc.file, f.loc.line, cwd, narrow), ""),
+            (fmt.place(f.loc.file, f.loc.line, f.called_from, cwd, narrow), ""),
             (f.title, "bold"),
             (str(len(f.compiles)), "yellow" if f.recompiles else ""),
             budget(f),
@@ -201,7 +201,7 @@ class FramesPane(Pane):
         ideal = [len(c.title) for c in FRAME_COLS]
         narrow, cwd = self._narrow(width), self.ctx.cwd
         for f in islice(frames, 200):  # the columns that size to their content
-            ideal[0] = max(ideal[0], len(fmt.where(f.loc.file, f.loc.line, cwd, narrow)))
+            ideal[0] = max(ideal[0], len(fmt.place(f.loc.file, f.loc.line, f.called_from, cwd, narrow)))
             ideal[1] = max(ideal[1], len(f.title))
         self._ideal = ideal
         self._widths = (-1, [])
@@ -239,7 +239,7 @@ class BreaksPane(Pane):
     def _cells(self, b: BreakSite, narrow: bool) -> list[tuple[str, str]]:
         return [
             (one_line(b.reason), "magenta"),
-            (fmt.where(b.file, b.line, self.ctx.cwd, narrow), ""),
+            (fmt.place(b.file, b.line, b.called_from, self.ctx.cwd, narrow), ""),
             (f"{b.count:,}", "bold"),
         ]
 
@@ -268,7 +268,7 @@ class BreaksPane(Pane):
         width = self.scrollable_content_region.width or 120
         ideal = [len(col.title) for col in BREAK_COLS]
         for b in islice(sites, 200):
-            ideal[1] = max(ideal[1], len(fmt.where(b.file, b.line, self.ctx.cwd, width < 100)))
+            ideal[1] = max(ideal[1], len(fmt.place(b.file, b.line, b.called_from, self.ctx.cwd, width < 100)))
         self._ideal = ideal
         shown = f"{len(sites)}/{total}" if self.filter_text else f"{total}"
         put_title(

@@ -107,13 +107,17 @@ class EventsPane(Pane):
             found = self._compile(e.ref)
             if found is not None:
                 frame, rec = found
-                where = fmt.where(frame.loc.file, frame.loc.line, self.ctx.cwd, narrow)
+                where = fmt.place(
+                    frame.loc.file, frame.loc.line, rec.called_from or frame.called_from, self.ctx.cwd, narrow
+                )
                 reason = reason_text(rec.recompile_reason, self.ctx.cwd)
                 return f"{rec.compile_id} {frame.title}: {reason} · {where} · {fmt.secs(rec.time_s)}"
         if e.kind == "graph_break" and isinstance(e.ref, tuple):
             site = self.ctx.session.compile.breaks.get(e.ref)
             if site is not None and len(site.reasons) == 1:  # else the entry's own words
-                return f"{fmt.where(site.file, site.line, self.ctx.cwd, narrow)} {one_line(site.reason)}"
+                return (
+                    f"{fmt.place(site.file, site.line, site.called_from, self.ctx.cwd, narrow)} {one_line(site.reason)}"
+                )
         return one_line(localize(e.text, self.ctx.cwd, narrow=narrow))
 
     def _row(self, e: LogEntry, width: int) -> Text:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.store.findings import breaks, caches, cascades, perf, recompiles, silent
 from ctmon.store.findings.model import SEVERITIES, Finding, order
+from ctmon.wire.events import StackFrame
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -50,4 +51,25 @@ def analyze(session: Session, *, strict: bool = False) -> list[Finding]:
                 raise
             # A malformed recording must not hide the other findings.
             continue
+    _lead_in(session, out)
     return order(out)
+
+
+def _lead_in(session: Session, found: list[Finding]) -> None:
+    """A finding located in a library's code (a frame or break site inside
+    transformers, say) also names the user's own line that leads there,
+    as the frame or site it points at recorded it."""
+    cs = session.compile
+    known: dict[tuple[str | None, int | None], StackFrame] = {}
+    for site in cs.breaks.values():
+        if site.called_from is not None:
+            known.setdefault((site.file, site.line), site.called_from)
+    for frame in cs.frames.values():
+        if frame.called_from is not None:
+            known.setdefault((frame.loc.file, frame.loc.line), frame.called_from)
+            known.setdefault((frame.code.file, frame.code.line), frame.called_from)
+    if not known:
+        return
+    for f in found:
+        if f.called_from is None and f.file:
+            f.called_from = known.get((f.file, f.line))

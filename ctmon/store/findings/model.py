@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctmon.wire.events import StackFrame
+
 SEVERITIES = ("info", "warning", "critical")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -35,6 +37,7 @@ class Finding:
     evidence: list[str] = field(default_factory=list)  # the events behind it
     fix: str = ""  # the concrete change, naming the API
     rank: float = 0.0  # orders findings of equal severity (higher first)
+    called_from: StackFrame | None = None  # file:line in a library: the user's own line that leads there
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -47,7 +50,15 @@ class Finding:
             "detail": self.detail,
             "evidence": self.evidence,
             "fix": self.fix,
+            "called_from": called_from_dict(self.called_from),
         }
+
+
+def called_from_dict(frame: StackFrame | None) -> dict[str, Any] | None:
+    """``{file, line, code}`` as reports give the user's line into a library."""
+    if frame is None:
+        return None
+    return {"file": frame.file, "line": frame.line, "code": frame.code}
 
 
 def order(findings: list[Finding]) -> list[Finding]:

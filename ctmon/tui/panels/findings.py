@@ -58,7 +58,7 @@ def live_findings(ctx: ViewContext) -> list[Any]:
 
 def finding_text(f: Any, ctx: ViewContext) -> Text:
     sev = "CRIT" if f.severity == "critical" else "warn"
-    where = f" {fmt.short_path(f.file, ctx.cwd, True)}:{f.line}" if f.file else ""
+    where = f" {fmt.place(f.file, f.line, f.called_from, ctx.cwd, True)}" if f.file else ""
     return Text.assemble(
         (f"{sev}", "bold red" if sev == "CRIT" else "bold yellow"),
         (where, "cyan"),
@@ -77,6 +77,10 @@ def findings_body(ctx: ViewContext) -> Text:
         style = {"critical": "bold red", "warning": "bold yellow"}.get(f.severity, "bold")
         out.append(f"{f.severity.upper():<9}", style)
         out.append(localize(f.title, ctx.cwd) + "\n", "bold")
+        called = f.called_from
+        if called is not None and called.file:  # the user's own line first
+            text = fmt.called_from_text({"file": called.file, "line": called.line}, ctx.cwd)
+            out.append(f"  {text}" + (f": {called.code}" if called.code else "") + "\n", "bold cyan")
         if f.file:
             out.append(f"  at {fmt.short_path(f.file, ctx.cwd, False)}:{f.line}\n", "cyan")
         if f.detail:
