@@ -24,6 +24,7 @@ from ctmon.wire.recording import read_recording
 
 GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
 EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")
+NOT_CALLED = os.path.join(WORKLOADS, "findings", "compiled_not_called.py")
 RECOMPILE_RULES = ("shape-recompiles", "scalar-recompiles", "guard-recompiles", "recompile-limit")
 
 
@@ -60,6 +61,8 @@ def runs(tmp_path_factory):
         "crash": Recorded(base / "crash", [GPT2, "--crash"], rc=1),
         "empty": Recorded(base / "empty", [EMPTY]),
         "empty-fixed": Recorded(base / "empty-fixed", [EMPTY, "--fix"]),
+        "not-called": Recorded(base / "not-called", [NOT_CALLED], torch_trace=True),
+        "not-called-fixed": Recorded(base / "not-called-fixed", [NOT_CALLED, "--fix"], torch_trace=True),
     }
 
 
@@ -133,3 +136,28 @@ def test_library_frames_breaks_and_findings_name_the_users_own_line(runs):
     text = ctmon("report", r.run.recording)
     assert text.returncode == 0, text.stderr
     assert re.search(rf"called from \S*{os.path.basename(GPT2)}:{line}: out = cmodel", text.stdout), text.stdout
+
+
+def test_torch_compile_called_but_nothing_compiled_says_so(runs):
+    """torch.compile(model).generate() runs the original module: PyTorch's
+    trace of the run is empty, the job prints its tokens, and only the call
+    of torch.compile shows what was meant."""
+    r = runs["not-called"]
+    assert r.rep["compile"]["compiles"] == 0 and r.rep["compile"]["torch_compile_calls"] == 1
+    assert not os.path.isdir(r.run.trace_dir) or r.run.trace().compiles == 0  # PyTorch saw no compile either
+    (call,) = r.rep["compile_calls"]
+    assert (call["target"], call["target_module"]) == ("GPT2LMHeadModel", "transformers.models.gpt2.modeling_gpt2")
+    assert (call["file"], call["line"], call["backend"]) == (NOT_CALLED, marker(NOT_CALLED, "COMPILE-CALL"), "eager")
+    (f,) = r.rule("never-compiled")
+    assert f["severity"] == "warning" and f["title"].startswith("torch.compile was called but nothing was compiled")
+    assert (f["file"], f["line"]) == (NOT_CALLED, marker(NOT_CALLED, "COMPILE-CALL"))
+    assert "model.forward = torch.compile(model.forward)" in f["fix"]
+    assert 'generation_config.cache_implementation = "static"' in f["fix"]  # the library's own setting
+    fixed = runs["not-called-fixed"]
+    assert fixed.rep["compile"]["compiles"] > 0 and not fixed.rule("never-compiled")
+    assert_matches_torch_trace(fixed.rep, fixed.run.trace())
+    (call,) = fixed.rep["compile_calls"]
+    assert call["target"] == "GPT2LMHeadModel.forward" and call["dynamic"] is True
+    assert (call["file"], call["line"]) == (NOT_CALLED, marker(NOT_CALLED, "FIXED-COMPILE"))
+    for run in (r, fixed):  # nothing else on either run is a warning
+        assert [x["rule"] for x in run.findings if x["severity"] != "info"] == (["never-compiled"] if run is r else [])

@@ -122,6 +122,16 @@ def base_events() -> list[dict]:
         },
         {"kind": "sample", "t": t, "cpu_percent": 50.0, "rss": 1 << 28, "gpus": [gpu], "gpu_error": "no NVML"},
         {
+            "kind": "compile_call",
+            "t": t,
+            "target": "Net",
+            "target_module": "__main__",
+            "file": "/home/alice/proj/graph_breaks.py",
+            "line": 30,
+            "backend": "inductor",
+            "mode": "default",
+        },
+        {
             "kind": "compile_start",
             "t": t,
             "compile_id": "2/2",
@@ -130,6 +140,7 @@ def base_events() -> list[dict]:
             "file": "/home/alice/proj/graph_breaks.py",
             "line": 14,
             "user_code": True,
+            "called_from": {"file": "/home/alice/proj/train.py", "line": 12, "name": "<module>", "code": "model(x)"},
         },
         {
             "kind": "compile",

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
 from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
@@ -199,6 +200,7 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
                 # Decorator factory: its inner call goes through torch.compile
                 # (this function) again, with the model.
                 return result
+            agent.emit(compile_call_event(torch, model, kwargs))
             hooks = dynamo_enter_hooks(result)
             if hooks is None:
                 if not warned:

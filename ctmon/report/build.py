@@ -75,7 +75,9 @@ def build_report(s: Session) -> dict[str, Any]:
             "forward_time_s": _r(cs.total_time_s),
             "backward_time_s": _r(cs.bwd_time_s),
             "recompile_limit": cs.recompile_limit,
+            "torch_compile_calls": cs.call_count,
         },
+        "compile_calls": [_fields(c, omit_none=True) for c in cs.calls[:20]],
         "frames": [_frame(f) for f in cs.frames_sorted()],
         "graph_breaks": [
             {

@@ -160,6 +160,7 @@ class CacheCounts:
 class CompileState:
     MAX_COMPILES = 50_000
     MAX_SITE_IDS = 50
+    MAX_CALLS = 100
 
     def __init__(self) -> None:
         self.frames: dict[Any, Frame] = {}
@@ -183,10 +184,17 @@ class CompileState:
         self.cudagraph_skips: Counter[str] = Counter()
         self.recompile_limit: int | None = None
         self.active: dict[str, E.CompileStart] = {}  # compile id -> its start
+        self.calls: list[E.CompileCall] = []  # the job's torch.compile calls (the first MAX_CALLS)
+        self.call_count = 0
         self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, list[str]] = {}
 
     # ---- events ----
+
+    def on_call(self, ev: E.CompileCall) -> None:
+        self.call_count += 1
+        if len(self.calls) < self.MAX_CALLS:
+            self.calls.append(ev)
 
     def on_start(self, ev: E.CompileStart) -> None:
         self.active[str(ev.compile_id)] = ev

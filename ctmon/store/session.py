@@ -112,6 +112,7 @@ class Session:
             E.Process: self._on_process,
             E.Torch: self._on_torch,
             E.Devices: self._on_devices,
+            E.CompileCall: self._on_compile_call,
             E.CompileStart: self._on_compile_start,
             E.Compile: self._on_compile,
             E.BwdCompile: self._on_bwd,
@@ -308,6 +309,10 @@ class Session:
     def _on_devices(self, ev: E.Devices) -> None:
         self.meta.devices = list(ev.cuda)
         self.rev["meta"] += 1
+
+    def _on_compile_call(self, ev: E.CompileCall) -> None:
+        self.compile.on_call(ev)
+        self.rev["compile"] += 1
 
     def _on_compile_start(self, ev: E.CompileStart) -> None:
         self.compile.on_start(ev)

@@ -123,6 +123,21 @@ class StackFrame(msgspec.Struct, omit_defaults=True, gc=False):
     code: str | None = None
 
 
+class CompileCall(Event, tag="compile_call"):
+    """The job called ``torch.compile``: on what, from where, how."""
+
+    target: str | None = None  # the model's class or the function's name
+    target_module: str | None = None  # where that class or function is defined
+    file: str | None = None  # the call of torch.compile
+    line: int | None = None
+    backend: str | None = None
+    mode: str | None = None
+    dynamic: bool | None = None
+    fullgraph: bool | None = None
+    dynamo_disabled: bool | None = None  # torch._dynamo.config.disable (TORCHDYNAMO_DISABLE=1)
+    rank: int | None = None
+
+
 class CompileStart(Event, tag="compile_start"):
     """Dynamo starts compiling a frame (PyTorch's ``dynamo_start``)."""
 
@@ -340,6 +355,7 @@ class Unknown(msgspec.Struct, gc=False):
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged decode
     SessionStart,
+    CompileCall,
     Process,
     Torch,
     Devices,

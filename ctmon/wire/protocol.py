@@ -52,6 +52,7 @@ SESSION = "session"  # S: first line; v, ctmon version, command, host, ids
 PROCESS = "process"  # A: hello from the job process (pid, argv, python)
 TORCH = "torch"  # A: torch/triton versions, recompile limit, cache dir
 DEVICES = "devices"  # A: CUDA devices, once CUDA is initialised by the job
+COMPILE_CALL = "compile_call"  # A: the job called torch.compile (what, where, with which options)
 COMPILE_START = "compile_start"  # A: Dynamo starts compiling a frame
 COMPILE = "compile"  # A: a frame compile attempt finished (compilation_metrics)
 BWD_COMPILE = "bwd_compile"  # A: a backward graph was compiled
@@ -74,6 +75,7 @@ KNOWN_KINDS = frozenset(
         PROCESS,
         TORCH,
         DEVICES,
+        COMPILE_CALL,
         COMPILE_START,
         COMPILE,
         BWD_COMPILE,

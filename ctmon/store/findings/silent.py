@@ -4,7 +4,9 @@
   raised, read from the traceback the job printed on stderr (the output
   events); a job killed by a signal says which;
 * compiles whose graphs captured no operation at all: Dynamo ran, but every
-  call runs the original Python -- the model runs eager.
+  call runs the original Python -- the model runs eager;
+* torch.compile called and nothing ever compiled (the compiled object was
+  never called, or Dynamo was disabled).
 
 Frames with empty graphs next to frames that captured ops are normal (hook
 wrappers, dataclass constructors, code up to a graph break whose work goes
@@ -228,8 +230,67 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
     ]
 
 
+def rule_never_compiled(s: Session) -> list[Finding]:
+    """torch.compile was called and the job ended without a single compile:
+    what it returned was never called (``torch.compile(model).generate()``
+    runs the original module), or Dynamo was switched off."""
+    cs = s.compile
+    if not cs.calls or cs.compile_count or s.exit is None:
+        return []
+    first = cs.calls[0]
+    evidence = [
+        f"torch.compile({c.target or '?'}) at {c.file or '?'}:{c.line}, backend {c.backend or '?'}"
+        + (f", mode {c.mode}" if c.mode else "")
+        for c in cs.calls[:8]
+    ]
+    if any(c.dynamo_disabled for c in cs.calls):
+        return [
+            Finding(
+                id="never-compiled:disabled",
+                rule="never-compiled",
+                severity="warning",
+                title="torch.compile was called but Dynamo is disabled: the job ran eager",
+                file=first.file,
+                line=first.line,
+                detail="torch._dynamo.config.disable was set when torch.compile was called, so it compiled nothing.",
+                evidence=evidence,
+                fix="Unset TORCHDYNAMO_DISABLE (or torch._dynamo.config.disable) to compile.",
+                rank=RANK_RECOMPILES - 50,
+            )
+        ]
+    library = any((c.target_module or "").startswith("transformers.") for c in cs.calls)
+    fix = (
+        "Call the object torch.compile returned (`out = compiled(x)`), or compile the method that does the work: "
+        "`model.forward = torch.compile(model.forward)`."
+    )
+    if library:
+        fix += (
+            " For transformers' generate(): set a static cache, `model.generation_config.cache_implementation = "
+            '"static"`; on a GPU generate() then compiles the model\'s forward itself (its options go in '
+            "`model.generation_config.compile_config`)."
+        )
+    return [
+        Finding(
+            id="never-compiled",
+            rule="never-compiled",
+            severity="warning",
+            title="torch.compile was called but nothing was compiled: the job ran eager",
+            file=first.file,
+            line=first.line,
+            detail=(
+                f"{cs.call_count} torch.compile call(s) and not one compile: what torch.compile returned was never "
+                "called. A method reached through the compiled wrapper (`compiled.generate(...)`, "
+                "`compiled.encode(...)`) runs the original module: the wrapper compiles only its own call (forward)."
+            ),
+            evidence=evidence,
+            fix=fix,
+            rank=RANK_RECOMPILES - 50,
+        )
+    ]
+
+
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-RULES = (rule_job_failed, rule_empty_graphs)
+RULES = (rule_job_failed, rule_empty_graphs, rule_never_compiled)

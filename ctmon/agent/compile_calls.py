@@ -1,0 +1,66 @@
+"""The job's calls of ``torch.compile``: what was compiled, from where, how.
+
+Read while ``torch.compile`` itself runs (it is called a handful of times in a
+job, never per step). A run whose job called ``torch.compile`` and never
+compiled anything -- ``torch.compile(model).generate()`` runs the original
+module -- is silent in PyTorch's own trace; this event lets ctmon say so.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from ctmon.agent.paths import is_user_file
+from ctmon.wire import protocol
+
+
+def compile_call_event(torch: Any, model: Any, kwargs: dict[str, Any]) -> protocol.Event:
+    target, where = _target(model)
+    ev: protocol.Event = {"kind": protocol.COMPILE_CALL, "t": time.time(), "target": target, "target_module": where}
+    file, line = _caller()
+    if file is not None:
+        ev["file"], ev["line"] = file, line
+    backend = kwargs.get("backend", "inductor")
+    ev["backend"] = protocol.clip(backend if isinstance(backend, str) else _name(backend), 200)
+    mode = kwargs.get("mode")
+    if isinstance(mode, str):
+        ev["mode"] = protocol.clip(mode, 100)
+    dynamic = kwargs.get("dynamic")
+    if isinstance(dynamic, bool):
+        ev["dynamic"] = dynamic
+    ev["fullgraph"] = bool(kwargs.get("fullgraph", False))
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    disabled = getattr(config, "disable", None)
+    if isinstance(disabled, bool):
+        ev["dynamo_disabled"] = disabled
+    return ev
+
+
+def _target(model: Any) -> tuple[str, str | None]:
+    """``GPT2LMHeadModel`` for a module, ``Model.forward`` for a bound
+    method, ``train_step`` for a function; and the module defining it."""
+    owner = getattr(model, "__self__", None)
+    name = getattr(model, "__name__", None)
+    if owner is not None and isinstance(name, str):
+        return protocol.clip(f"{type(owner).__name__}.{name}", 200) or "?", type(owner).__module__
+    if isinstance(name, str):
+        return protocol.clip(getattr(model, "__qualname__", name), 200) or "?", getattr(model, "__module__", None)
+    return protocol.clip(type(model).__name__, 200) or "?", type(model).__module__
+
+
+def _name(backend: Any) -> str:
+    return str(getattr(backend, "__name__", None) or type(backend).__name__)
+
+
+def _caller() -> tuple[str | None, int | None]:
+    """The first frame outside ctmon, torch and the standard library: the
+    line that called torch.compile (a decorator's line for ``@torch.compile``)."""
+    f: FrameType | None = sys._getframe(2)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return f.f_code.co_filename, f.f_lineno
+        f = f.f_back
+    return None, None
