@@ -1599,3 +1599,24 @@ def test_sizes_of_one_are_explained_without_blaming_dynamic_false():
     assert "Sizes 0 and 1 are always specialised" in f.detail and "dynamic=False" not in f.detail
     f = only(storm(2, refused=False).findings(), "shape-recompiles")
     assert "either torch.compile(..., dynamic=False) was passed, the dim was marked static" in f.detail
+
+
+def test_a_kv_cache_length_recompile_gets_the_librarys_fix_not_one_the_user_cannot_write():
+    """transformers' static cache is sized prompt + max_new_tokens: a new total
+    recompiles the forward. The guarded tensor is a cache layer inside
+    generate(): mark_dynamic on it is not something a user can write."""
+    name = "kwargs['past_key_values'].layers[0].keys"
+    r = Run().steps(1).compile(0, "wrapper")
+    r.compile(0, "wrapper", reason=f"0/0: tensor '{name}' size mismatch at index 2. expected 95, actual 111")
+    f = by_id(r.steps(2).findings())[f"shape-recompiles:0:{name}:2"]
+    assert "StaticCache(config=model.config, max_cache_len=N)" in f.fix and "pad_to_multiple_of" in f.fix
+    assert "mark_dynamic" not in f.fix
+
+
+def test_a_tensor_inside_an_object_is_not_given_mark_dynamic():
+    name = "self.state.rows"
+    r = Run().steps(1).compile(0, "step")
+    r.compile(0, "step", reason=f"0/0: tensor '{name}' size mismatch at index 0. expected 4, actual 5")
+    r.compile(0, "step", reason=f"0/1: tensor '{name}' size mismatch at index 0. expected 5, actual 6")
+    (f,) = [x for x in r.steps(2).findings() if x.rule == "shape-recompiles"]
+    assert "mark_dynamic" not in f.fix and "dynamic=True" in f.fix and "inside an object" in f.fix

@@ -8,21 +8,24 @@ module -- is silent in PyTorch's own trace; this event lets ctmon say so.
 
 from __future__ import annotations
 
+import linecache
 import sys
 import time
 from types import FrameType
 from typing import Any
 
-from ctmon.agent.paths import is_user_file
+from ctmon.agent.paths import is_own_file, is_user_file
 from ctmon.wire import protocol
 
 
 def compile_call_event(torch: Any, model: Any, kwargs: dict[str, Any]) -> protocol.Event:
     target, where = _target(model)
     ev: protocol.Event = {"kind": protocol.COMPILE_CALL, "t": time.time(), "target": target, "target_module": where}
-    file, line = _caller()
+    file, line, mine = _caller()
     if file is not None:
         ev["file"], ev["line"] = file, line
+    if mine is not None:  # a library called torch.compile (generate()'s own compile): the user's line into it
+        ev["called_from"] = mine
     backend = kwargs.get("backend", "inductor")
     ev["backend"] = protocol.clip(backend if isinstance(backend, str) else _name(backend), 200)
     mode = kwargs.get("mode")
@@ -55,12 +58,23 @@ def _name(backend: Any) -> str:
     return str(getattr(backend, "__name__", None) or type(backend).__name__)
 
 
-def _caller() -> tuple[str | None, int | None]:
+def _caller() -> tuple[str | None, int | None, dict[str, Any] | None]:
     """The first frame outside ctmon, torch and the standard library: the
-    line that called torch.compile (a decorator's line for ``@torch.compile``)."""
+    line that called torch.compile (a decorator's line for ``@torch.compile``);
+    when that is a library's, also the user's own line that led there."""
     f: FrameType | None = sys._getframe(2)
-    while f is not None:
-        if is_user_file(f.f_code.co_filename):
-            return f.f_code.co_filename, f.f_lineno
+    while f is not None and not is_user_file(f.f_code.co_filename):
         f = f.f_back
-    return None, None
+    if f is None:
+        return None, None, None
+    file, line = f.f_code.co_filename, f.f_lineno
+    while f is not None and not is_own_file(f.f_code.co_filename):
+        f = f.f_back
+    if f is None or f.f_code.co_filename == file:
+        return file, line, None
+    own = f.f_code.co_filename
+    mine = {"file": own, "line": f.f_lineno, "name": f.f_code.co_name}
+    code = linecache.getline(own, f.f_lineno).strip()
+    if code:
+        mine["code"] = protocol.clip(code, 300)
+    return file, line, mine

@@ -176,6 +176,6 @@ def from_dict(obj: dict[str, Any]) -> Event | None:
     like a decoded line; None when it is not a valid event of a known kind."""
     try:
         ev: Event = msgspec.convert(obj, AnyEvent)
-    except (msgspec.ValidationError, RecursionError):
+    except (msgspec.ValidationError, RecursionError, UnicodeEncodeError):  # a lone surrogate: not text
         return None
     return ev

@@ -135,6 +135,7 @@ class CompileCall(Event, tag="compile_call"):
     dynamic: bool | None = None
     fullgraph: bool | None = None
     dynamo_disabled: bool | None = None  # torch._dynamo.config.disable (TORCHDYNAMO_DISABLE=1)
+    called_from: StackFrame | None = None  # called by a library: the user's own line that led there
     rank: int | None = None
 
 

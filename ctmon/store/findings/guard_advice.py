@@ -10,6 +10,27 @@ from ctmon.store.findings import guards as G
 from ctmon.store.findings.causes import Group
 
 _ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+KV_CACHE = re.compile(r"past_key_values|key_cache|value_cache|\bcache\b", re.IGNORECASE)
+
+
+def reachable(name: str) -> bool:
+    """Whether the user holds the guarded tensor at the compiled call (a
+    local name or an argument), so ``mark_dynamic`` on it is a fix they can
+    write; a tensor inside an object (a library's KV cache layer) is not."""
+    return bool(_NAME.match(name) or _ARG.match(name))
+
+
+def kv_cache_fix(dim: int | None) -> str:
+    """A key/value cache whose length changes (transformers' static cache is
+    sized prompt + max_new_tokens, so each new length compiles again)."""
+    return (
+        f"Dim {dim} of the key/value cache is its length, set from the prompt length plus max_new_tokens: each new "
+        "total compiles again. Size the cache once for the longest request: pass "
+        "`past_key_values=StaticCache(config=model.config, max_cache_len=N)` to generate() (transformers' "
+        "StaticCache; newer versions also take `model.generation_config.max_cache_len = N`), and pad prompts to a "
+        "few lengths (`tokenizer(..., padding=True, pad_to_multiple_of=64)`) so the prompt's own length repeats."
+    )
 
 
 def values_taken(pairs: Group) -> list[str]:
@@ -47,6 +68,14 @@ def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
     k = g.kind
     if k == G.SHAPE:
         who, code = tensor_names(name)
+        if not reachable(name):
+            if KV_CACHE.search(name):
+                return kv_cache_fix(g.dim)
+            return (
+                f"Dim {g.dim} of {who}, a tensor inside an object the compiled code receives, changed size: "
+                "keep that size fixed (pad or bucket what it is built from), or compile with "
+                "torch.compile(..., dynamic=True) so sizes are traced symbolically."
+            )
         if g.expected and "<=" in g.expected:
             return (
                 f"Dim {g.dim} of {who} left the range the graph was compiled for ({g.expected}): widen the range "

@@ -8,6 +8,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import guards as G
+from ctmon.store.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
 from ctmon.store.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
 from ctmon.store.findings.silent import all_empty
 
@@ -104,12 +105,16 @@ def rule_late_compiles(s: Session) -> list[Finding]:
         evidence.append(f"… and {len(late) - 8} more")
     first = s.compile.frames.get(late[0].frame_id)
     first_step = series.times.count_until(late[0].span[0])
-    kinds = {G.classify(c.recompile_reason).kind for c in late if c.recompile_reason}
+    guards = [G.classify(c.recompile_reason) for c in late if c.recompile_reason]
+    kinds = {g.kind for g in guards}
     fix = (
         "Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
         "e.g. a forward and backward on a batch of each size before the loop)"
     )
-    if G.SHAPE in kinds:
+    cache = next((g for g in guards if g.kind == G.SHAPE and not reachable(g.name) and KV_CACHE.search(g.name)), None)
+    if cache is not None:  # a generation loop's key/value cache: warming up cannot cover every length
+        fix = kv_cache_fix(cache.dim)
+    elif G.SHAPE in kinds:
         fix += (
             "; or mark the changing dim dynamic (torch._dynamo.mark_dynamic(x, dim)), or bucket sizes to a few "
             "values; a short last batch of an epoch can be dropped with DataLoader(drop_last=True)."

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ctmon.store.findings import breaks as B
 from ctmon.store.findings import causes as C
 from ctmon.store.findings import guards as G
-from ctmon.store.findings.guard_advice import fix_for, what_changed
+from ctmon.store.findings.guard_advice import fix_for, reachable, what_changed
 from ctmon.store.findings.guard_advice import tensor_names as _tensor
 from ctmon.store.findings.guard_advice import values_taken as _values
 from ctmon.store.findings.guards import strip_comment
@@ -194,11 +194,15 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
             severity, rank = "info", RANK_RECOMPILES - 200 + n
             title = f"{frame.title} compiled {n + 1} sizes of dim {dim} of tensor '{name}' in its warm-up, none since"
             detail = _WARM_UP_DETAIL
+            mark = (
+                f", or mark the dim dynamic (torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once"
+                if reachable(name)
+                else ""
+            )
             fix = (
                 "Nothing while the steps see only these sizes. To make the warm-up cheap, keep the compile "
                 "caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
-                "torch.compiler.save_cache_artifacts / load_cache_artifacts), or mark the dim dynamic "
-                f"(torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once."
+                f"torch.compiler.save_cache_artifacts / load_cache_artifacts){mark}."
             )
         else:
             severity, rank = _severity(n, frame), RANK_RECOMPILES + n

@@ -1,0 +1,83 @@
+"""Library-model jobs for the GPU check of what a user reads on a real model
+(run each under `ctmon record`, with TORCH_TRACE set, on a CUDA machine):
+
+  gpt2-train        a GPT-2 (12 layers, 768 wide, from a config: no download)
+                    trained under torch.compile(model); the sequence length
+                    changes once, at step 20 of 30
+  llama-generate    a small Llama from a config, generate() with a static
+                    cache: on CUDA transformers compiles the forward itself
+  generate-uncompiled
+                    torch.compile(model).generate(): nothing is compiled
+
+The user's own lines carry markers (# CALL) for the checks to look for.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+
+def gpt2_train() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cmodel = torch.compile(model)
+    for step in range(30):
+        seq = 256 if step >= 20 else 128
+        ids = torch.randint(0, 50257, (8, seq), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = cmodel(input_ids=ids, labels=ids)  # CALL
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    print("trained")
+
+
+def _llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        vocab_size=32000,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+
+
+def llama_generate() -> None:
+    model = _llama()
+    model.generation_config.cache_implementation = "static"
+    for prompt in (32, 48, 32):
+        ids = torch.randint(3, 32000, (1, prompt), device="cuda")
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)  # CALL
+        torch.cuda.synchronize()
+        print(f"prompt {prompt}: {out.shape[1] - prompt} tokens in {time.perf_counter() - t0:.2f} s")
+
+
+def generate_uncompiled() -> None:
+    model = _llama()
+    cmodel = torch.compile(model)  # CALL
+    ids = torch.randint(3, 32000, (1, 32), device="cuda")
+    out = cmodel.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+    torch.cuda.synchronize()
+    print("generated", out.shape[1] - 32)
+
+
+JOBS = {"gpt2-train": gpt2_train, "llama-generate": llama_generate, "generate-uncompiled": generate_uncompiled}
+
+if __name__ == "__main__":
+    JOBS[sys.argv[1]]()
