@@ -13,7 +13,7 @@ if [ -n "${1:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
     && export PYTHONPATH=/tmp/ctmon-site
 fi
-for job in ${JOBS:-gpt2-train llama-generate generate-uncompiled}; do
+for job in ${JOBS:-gpt2-train llama-generate llama-generate-fixed generate-uncompiled}; do
   rm -rf "/tmp/tt-$job" "/tmp/rec-$job.jsonl"
   start=$(date +%s)
   TORCH_TRACE="/tmp/tt-$job" timeout 200 python3 -m ctmon record -o "/tmp/rec-$job.jsonl" \

@@ -6,6 +6,8 @@
                     changes once, at step 20 of 30
   llama-generate    a small Llama from a config, generate() with a static
                     cache: on CUDA transformers compiles the forward itself
+  llama-generate-fixed
+                    the same with the fix ctmon gives: one StaticCache length
   generate-uncompiled
                     torch.compile(model).generate(): nothing is compiled
 
@@ -68,6 +70,19 @@ def llama_generate() -> None:
         print(f"prompt {prompt}: {out.shape[1] - prompt} tokens in {time.perf_counter() - t0:.2f} s")
 
 
+def llama_generate_fixed() -> None:
+    """llama-generate with the fix ctmon gives: one cache length for every request."""
+    from transformers import StaticCache
+
+    model = _llama()
+    for prompt in (32, 48, 32):
+        ids = torch.randint(3, 32000, (1, prompt), device="cuda")
+        cache = StaticCache(config=model.config, max_cache_len=256)
+        out = model.generate(ids, past_key_values=cache, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+        torch.cuda.synchronize()
+        print(f"prompt {prompt}: {out.shape[1] - prompt} tokens")
+
+
 def generate_uncompiled() -> None:
     model = _llama()
     cmodel = torch.compile(model)  # CALL
@@ -77,7 +92,12 @@ def generate_uncompiled() -> None:
     print("generated", out.shape[1] - 32)
 
 
-JOBS = {"gpt2-train": gpt2_train, "llama-generate": llama_generate, "generate-uncompiled": generate_uncompiled}
+JOBS = {
+    "gpt2-train": gpt2_train,
+    "llama-generate": llama_generate,
+    "llama-generate-fixed": llama_generate_fixed,
+    "generate-uncompiled": generate_uncompiled,
+}
 
 if __name__ == "__main__":
     JOBS[sys.argv[1]]()
