@@ -1620,3 +1620,85 @@ def test_a_tensor_inside_an_object_is_not_given_mark_dynamic():
     r.compile(0, "step", reason=f"0/1: tensor '{name}' size mismatch at index 0. expected 5, actual 6")
     (f,) = [x for x in r.steps(2).findings() if x.rule == "shape-recompiles"]
     assert "mark_dynamic" not in f.fix and "dynamic=True" in f.fix and "inside an object" in f.fix
+
+
+# ------------------------------------------- breaks inside libraries
+
+
+VENV_SITE = "/venv/lib/python3.11/site-packages"
+CALLED = {"file": F, "line": 49, "name": "<module>", "code": "opt_step()"}
+
+
+def library_break(r: Run, file: str, line: int, summary: str, code: str = "") -> Run:
+    return r.add(
+        {
+            "kind": "graph_break",
+            "compile_id": "0/0",
+            "frame_id": 0,
+            "file": file,
+            "line": line,
+            "summary": summary,
+            "reason": summary,
+            "user_stack": [{"file": file, "line": line, "name": "f", "code": code}],
+            "called_from": CALLED,
+        }
+    )
+
+
+def test_pytorchs_own_optimizer_split_is_by_design_not_a_fix_to_make():
+    r = Run().steps(1).compile(0, "step")
+    library_break(r, f"{VENV_SITE}/torch/optim/optimizer.py", 79, "Call to `torch._dynamo.graph_break()`")
+    f = only(r.steps(4).findings(), "graph-breaks")
+    assert f.id == "graph-breaks:by-design:optimizer-step" and f.severity == "info"
+    assert "on purpose" in f.title and "Nothing to change" in f.fix
+    assert "Remove the torch._dynamo.graph_break()" not in f.fix
+    assert f.called_from is not None and f.called_from.line == 49
+
+
+def test_ddp_bookkeeping_is_by_design_wherever_its_site_is():
+    r = Run().steps(1).compile(0, "DistributedDataParallel")
+    library_break(
+        r,
+        "/usr/lib/python3.11/contextlib.py",
+        105,
+        "Attempted to call function marked as skipped: DistributedDataParallel._inside_ddp_forward",
+    )
+    library_break(r, f"{VENV_SITE}/torch/nn/parallel/distributed.py", 1775, "Unsupported method call: _rebuild_buckets")
+    f = only(r.steps(4).findings(), "graph-breaks")
+    assert f.id == "graph-breaks:by-design:ddp" and f.severity == "info"
+    assert "2 sites, 2 breaks" in f.title and "custom_op" not in f.fix
+
+
+def test_other_library_breaks_keep_their_cause_with_advice_the_user_can_take():
+    r = Run().steps(1).compile(0, "forward")
+    library_break(
+        r,
+        f"{VENV_SITE}/transformers/utils/generic.py",
+        933,
+        "Attempted to call function marked as skipped: _thread.RLock.__enter__",
+    )
+    r.graph_break(0, 38, "Attempted to call function marked as skipped: mylib.helper")  # the user's own
+    fs = r.steps(4).findings()
+    lib = by_id(fs)["graph-breaks:unsupported-call:library"]
+    assert lib.severity == "warning" and "(inside a library)" in lib.title
+    assert "inside transformers" in lib.fix and "custom_op" not in lib.fix and "newer transformers" in lib.fix
+    own = by_id(fs)["graph-breaks:unsupported-call"]
+    assert "custom_op" in own.fix and own.line == 38
+
+
+def test_batch_dim_advice_names_buckets_and_the_batch_of_one():
+    r = Run().steps(1).compile(0, "ViT")
+    for k, (a, b) in enumerate([(32, 1), (1, 17)]):
+        r.compile(0, "ViT", reason=f"0/{k}: tensor 'pixels' size mismatch at index 0. expected {a}, actual {b}")
+    f = by_id(r.steps(2).findings())["shape-recompiles:0:pixels:0"]
+    assert "bucket batch sizes" in f.fix and "drop_last=True" in f.fix and "A batch of one" in f.fix
+    # another dim is not a batch
+    r2 = (
+        Run()
+        .steps(1)
+        .compile(0)
+        .compile(0, reason=size_reason(0, dim=1))
+        .compile(0, reason=size_reason(1, dim=1, a=12, b=16))
+    )
+    f2 = by_id(r2.steps(2).findings())["shape-recompiles:0:x:1"]
+    assert "bucket batch sizes" not in f2.fix

@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.guards import strip_comment
+from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix
 from ctmon.store.findings.model import RANK_BREAKS, Finding
 
 if TYPE_CHECKING:
@@ -213,12 +214,7 @@ def _when(s: Session, site: BreakSite) -> str:
     return FAILED if _failed_early(s) else ONCE
 
 
-def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
-    sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
-    top = sites[0]
-    total = sum(b.count for b in sites)
-    looped = state != ONCE
-    when = _WHEN[state]
+def _evidence(sites: list[BreakSite], when: str) -> list[str]:
     evidence = []
     for b in sites[:10]:
         where = f"{b.file}:{b.line}" if b.file else "?"
@@ -228,18 +224,34 @@ def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
         evidence.append(f"{where} ×{b.count} ({when}): {b.reason}{code}")
     if len(sites) > 10:
         evidence.append(f"… and {len(sites) - 10} more sites")
-    if top.url:
-        evidence.append(f"PyTorch: {top.url}")
-    n_sites = len(sites)
-    specific = _specific_fix(cat, sites)
+    if sites[0].url:
+        evidence.append(f"PyTorch: {sites[0].url}")
+    return evidence
+
+
+def _counted(sites: list[BreakSite]) -> str:
+    total = sum(b.count for b in sites)
+    return f"{len(sites)} site{'s' if len(sites) != 1 else ''}, {total} break{'s' if total != 1 else ''}"
+
+
+def _finding(cat: str, sites: list[BreakSite], state: str, library: bool = False) -> Finding:
+    sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
+    top = sites[0]
+    total = sum(b.count for b in sites)
+    looped = state != ONCE
+    when = _WHEN[state]
+    if library:  # advice about the library's own source would be advice the user cannot take
+        fix = library_fix(top)
+    else:
+        specific = _specific_fix(cat, sites)
+        fix = (specific + " " + FIXES[cat]).strip() if specific else FIXES[cat]
     return Finding(
-        id=f"graph-breaks:{cat}" + {LOOP: "", ONCE: ":outside-loop", FAILED: ":before-failure"}[state],
+        id=f"graph-breaks:{cat}"
+        + {LOOP: "", ONCE: ":outside-loop", FAILED: ":before-failure"}[state]
+        + (":library" if library else ""),
         rule="graph-breaks",
         severity="warning" if looped else "info",
-        title=(
-            f"{TITLES[cat]} {when}: {n_sites} site{'s' if n_sites != 1 else ''}, "
-            f"{total} break{'s' if total != 1 else ''}"
-        ),
+        title=f"{TITLES[cat]} {when}{' (inside a library)' if library else ''}: {_counted(sites)}",
         file=top.file,
         line=top.line,
         detail={
@@ -249,17 +261,44 @@ def _finding(cat: str, sites: list[BreakSite], state: str) -> Finding:
             FAILED: "The job failed before its first step completed, so these breaks were met in what would "
             "have been the first step: each splits the graph on every step once the job runs.",
         }[state],
-        evidence=evidence,
-        fix=(specific + " " + FIXES[cat]).strip() if specific else FIXES[cat],
+        evidence=_evidence(sites, when),
+        fix=fix,
         rank=(RANK_BREAKS if looped else 0) + min(total, 99),
     )
 
 
+def _by_design_finding(d: ByDesign, sites: list[BreakSite], state: str) -> Finding:
+    """PyTorch's own intended break: info, whatever the loop -- there is nothing to remove."""
+    sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
+    top = sites[0]
+    return Finding(
+        id=f"graph-breaks:by-design:{d.key}",
+        rule="graph-breaks",
+        severity="info",
+        title=f"{d.title}: {_counted(sites)}",
+        file=top.file,
+        line=top.line,
+        detail=d.detail,
+        evidence=_evidence(sites, _WHEN[state]),
+        fix=d.fix,
+        rank=0,
+    )
+
+
 def rule_graph_breaks(s: Session) -> list[Finding]:
-    groups: dict[tuple[str, str], list[BreakSite]] = defaultdict(list)
+    groups: dict[tuple[str, str, bool], list[BreakSite]] = defaultdict(list)
+    designed: dict[str, tuple[ByDesign, list[BreakSite], str]] = {}
     for site in s.compile.breaks.values():
-        groups[(category(site), _when(s, site))].append(site)
-    return [_finding(cat, sites, state) for (cat, state), sites in groups.items()]
+        state = _when(s, site)
+        d = by_design(site)
+        if d is not None:
+            entry = designed.setdefault(d.key, (d, [], state))
+            entry[1].append(site)
+            continue
+        groups[(category(site), state, site.called_from is not None)].append(site)
+    out = [_finding(cat, sites, state, library) for (cat, state, library), sites in groups.items()]
+    out += [_by_design_finding(d, sites, state) for d, sites, state in designed.values()]
+    return out
 
 
 RULES = (rule_graph_breaks,)

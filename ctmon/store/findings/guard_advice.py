@@ -33,6 +33,23 @@ def kv_cache_fix(dim: int | None) -> str:
     )
 
 
+def batch_advice(g: G.Guard, values: list[str] | None) -> str:
+    """Dim 0 is the batch of most models (a vision model's images, a text
+    model's sequences): the sizes a loop or a server sees, and a batch of one."""
+    if g.dim != 0:
+        return ""
+    text = (
+        " If dim 0 is the batch: bucket batch sizes (pad each batch up to one of a few sizes, e.g. 8, 16, 32) "
+        "and drop or pad the short last batch of an epoch (DataLoader(drop_last=True)), so each size compiles once."
+    )
+    if values and "1" in values:
+        text += (
+            " A batch of one always keeps a graph of its own (Dynamo specialises sizes 0 and 1 even for a dynamic "
+            "dim): that compile is expected once; warm it up before serving single requests."
+        )
+    return text
+
+
 def values_taken(pairs: Group) -> list[str]:
     """The values the guarded thing took, in order, without repeats."""
     out: list[str] = []
@@ -80,12 +97,13 @@ def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
             return (
                 f"Dim {g.dim} of {who} left the range the graph was compiled for ({g.expected}): widen the range "
                 f"given to torch._dynamo.mark_dynamic({code}, {g.dim}, min=..., max=...), or pad/bucket that dim "
-                "into it."
+                "into it." + batch_advice(g, values)
             )
         return (
             f"Make dim {g.dim} of {who} dynamic before the compiled call: "
             f"torch._dynamo.mark_dynamic({code}, {g.dim}) — or compile with torch.compile(..., dynamic=True). "
             f"If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) so each compiles once."
+            + batch_advice(g, values)
         )
     if k == G.ITEM:
         return (

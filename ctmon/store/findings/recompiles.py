@@ -235,7 +235,7 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                     "dynamic after it."
                 )
             detail += _budget(s, frame) if n >= 2 else ""
-            fix = fix_for(g0)
+            fix = fix_for(g0, sizes)
         out.append(
             Finding(
                 id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
