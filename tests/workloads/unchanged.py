@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -77,6 +78,13 @@ def compiled_ddp_no_sync(steps: int) -> int:
             cmodel(torch.randn(8, 32)).sum().backward()
             opt.step()
             opt.zero_grad()
+        # Let gloo's worker thread finish releasing the last all-reduce before
+        # the process group is freed: PyTorch frees it with the GIL held and
+        # joins that thread, which may still need the GIL to drop the Python
+        # state a finished work captured (a teardown deadlock in torch 2.13,
+        # seen with and without ctmon's agent in the job).
+        dist.barrier()
+        time.sleep(0.2)
     finally:
         dist.destroy_process_group()
         os.unlink(store.name)
