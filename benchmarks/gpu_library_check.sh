@@ -13,7 +13,7 @@ if [ -n "${1:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
     && export PYTHONPATH=/tmp/ctmon-site
 fi
-for job in ${JOBS:-gpt2-train llama-generate llama-generate-fixed generate-uncompiled}; do
+for job in ${JOBS:-gpt2-train llama-generate llama-generate-fixed llama-generate-dynamic generate-uncompiled}; do
   rm -rf "/tmp/tt-$job" "/tmp/rec-$job.jsonl"
   start=$(date +%s)
   TORCH_TRACE="/tmp/tt-$job" timeout 200 python3 -m ctmon record -o "/tmp/rec-$job.jsonl" \
@@ -34,13 +34,13 @@ for path in glob.glob(f"/tmp/tt-{job}/*.log"):
         if '"dynamo_graph_break_reason"' in line[:400]:
             trace["graph_breaks"] += 1
 out = open(f"/tmp/out-{job}.txt", errors="replace").read()
-keep = {k: rep.get(k) for k in ("compile", "steps", "compile_calls", "findings", "graph_breaks", "exit_code")}
+keep = {k: rep.get(k) for k in ("compile", "steps", "generation", "compile_calls", "findings", "graph_breaks", "exit_code")}
 keep["frames"] = [{k: f.get(k) for k in ("name", "file", "line", "called_from", "compiles", "recompiles")}
                   for f in rep.get("frames") or []]
 json.dump({"job": job, "report": keep, "torch_trace": trace, "output_tail": out[-3000:]}, open(dest, "w"), indent=1)
 c = rep.get("compile") or {}
 print(job, "ctmon", {k: c.get(k) for k in ("compiles", "recompiles", "graph_breaks", "torch_compile_calls")},
       "trace", trace, "steps", (rep.get("steps") or {}).get("count"),
-      "findings", [f["rule"] for f in rep.get("findings") or []])
+      "findings", [f["rule"] for f in rep.get("findings") or []], "generation", rep.get("generation"))
 PY
 done

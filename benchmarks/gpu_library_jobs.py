@@ -7,7 +7,11 @@
   llama-generate    a small Llama from a config, generate() with a static
                     cache: on CUDA transformers compiles the forward itself
   llama-generate-fixed
-                    the same with the fix ctmon gives: one StaticCache length
+                    the same with the fix ctmon gives: one StaticCache length,
+                    timed independently by a streamer (first token, each token)
+  llama-generate-dynamic
+                    the user compiles the forward (dynamic cache): prefill and
+                    decode both compiled
   generate-uncompiled
                     torch.compile(model).generate(): nothing is compiled
 
@@ -70,6 +74,31 @@ def llama_generate() -> None:
         print(f"prompt {prompt}: {out.shape[1] - prompt} tokens in {time.perf_counter() - t0:.2f} s")
 
 
+class TokenTimes:
+    """A transformers streamer that notes when each token arrives: generate()
+    hands it the prompt first, then every new token (moved to the host, so
+    each time is the device's too)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.times: list[float] = []
+        self.seen_prompt = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.seen_prompt:
+            self.seen_prompt = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def summary(self) -> str:
+        gaps = sorted(b - a for a, b in zip(self.times, self.times[1:], strict=False))
+        med = gaps[len(gaps) // 2] * 1e3 if gaps else float("nan")
+        return f"streamer: first token {(self.times[0] - self.t0) * 1e3:.1f} ms, token p50 {med:.2f} ms"
+
+
 def llama_generate_fixed() -> None:
     """llama-generate with the fix ctmon gives: one cache length for every request."""
     from transformers import StaticCache
@@ -78,9 +107,23 @@ def llama_generate_fixed() -> None:
     for prompt in (32, 48, 32):
         ids = torch.randint(3, 32000, (1, prompt), device="cuda")
         cache = StaticCache(config=model.config, max_cache_len=256)
-        out = model.generate(ids, past_key_values=cache, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+        streamer = TokenTimes()
+        out = model.generate(
+            ids, past_key_values=cache, max_new_tokens=64, min_new_tokens=64, do_sample=False, streamer=streamer
+        )
         torch.cuda.synchronize()
-        print(f"prompt {prompt}: {out.shape[1] - prompt} tokens")
+        print(f"prompt {prompt}: {out.shape[1] - prompt} tokens; {streamer.summary()}")
+
+
+def llama_generate_dynamic() -> None:
+    model = _llama()
+    model.forward = torch.compile(model.forward, dynamic=True)  # CALL
+    for prompt in (32, 48, 32):
+        ids = torch.randint(3, 32000, (1, prompt), device="cuda")
+        streamer = TokenTimes()
+        out = model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False, streamer=streamer)
+        torch.cuda.synchronize()
+        print(f"prompt {prompt}: {out.shape[1] - prompt} tokens; {streamer.summary()}")
 
 
 def generate_uncompiled() -> None:
@@ -96,6 +139,7 @@ JOBS = {
     "gpt2-train": gpt2_train,
     "llama-generate": llama_generate,
     "llama-generate-fixed": llama_generate_fixed,
+    "llama-generate-dynamic": llama_generate_dynamic,
     "generate-uncompiled": generate_uncompiled,
 }
 

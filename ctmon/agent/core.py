@@ -15,6 +15,7 @@ from typing import Any
 
 from ctmon import _api
 from ctmon.agent.channel import Channel
+from ctmon.agent.generation import GenerationWatch
 from ctmon.agent.steps import StepClock
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.wire import protocol
@@ -30,6 +31,8 @@ class Agent:
         self.anchor_ns = time.perf_counter_ns()
         self.anchor_wall = time.time()
         self.clock = StepClock(self.channel)
+        self.generation = GenerationWatch(self.channel)
+        self.clock.generation = self.generation
         self.converter = TraceConverter()
         self.channel.convert = self._convert
         self.channel.periodic = self._periodic
@@ -84,6 +87,10 @@ class Agent:
 
     def close(self) -> None:
         _api._step_impl = None
+        try:
+            self.generation.flush()
+        except Exception:
+            pass
         self.channel.close()
 
     def flush_before_exec(self) -> None:

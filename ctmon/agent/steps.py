@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ctmon.agent.channel import Channel
+from ctmon.agent.generation import GenerationWatch
 from ctmon.wire import protocol
 from ctmon.wire.ring import W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
 
@@ -121,6 +122,9 @@ class StepClock:
         # Returns a DeviceTimer once the job has initialised CUDA, else None.
         self.probe_device: Callable[[], DeviceTimer | None] = lambda: None
         self.is_compiling: Callable[[], bool] = lambda: False
+        # Tells a generate() call's tokens (ctmon/agent/generation.py); armed
+        # once the job imports transformers' generation utilities.
+        self.generation: GenerationWatch | None = None
         # Until a ring is attached, writes go to a harmless one-slot stand-in.
         self._slots: Any = [0]
         self._hdr: Any = [0] * 8
@@ -261,6 +265,9 @@ class StepClock:
                         return leave  # not the loop's model
                     clock._call_key = key
                 mark(rank)
+                gen = clock.generation
+                if rank == RANK_COMPILED and gen is not None and gen.armed:
+                    gen.on_call(clock.count - 1, _now())
             except Exception:
                 pass  # the user's call must go ahead regardless
             return leave

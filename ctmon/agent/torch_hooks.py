@@ -93,7 +93,17 @@ def watch_torch_import(agent: Agent) -> None:
         except Exception:
             pass
 
+    def on_generation_utils(module: ModuleType) -> None:
+        try:
+            agent.generation.arm(module)
+        except Exception:
+            pass
+
     callbacks: dict[str, Callable[[ModuleType], None]] = {}
+    if GENERATION_UTILS in sys.modules:
+        on_generation_utils(sys.modules[GENERATION_UTILS])
+    else:
+        callbacks[GENERATION_UTILS] = on_generation_utils
     if "torch" in sys.modules:
         on_import(sys.modules["torch"])
     else:
@@ -107,6 +117,7 @@ def watch_torch_import(agent: Agent) -> None:
 
 
 CUDAGRAPH_UTILS = "torch._inductor.cudagraph_utils"
+GENERATION_UTILS = "transformers.generation.utils"  # GenerationMixin.generate
 
 
 def hook_cudagraph_skips(agent: Agent, module: ModuleType) -> None:

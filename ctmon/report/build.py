@@ -63,6 +63,7 @@ def build_report(s: Session) -> dict[str, Any]:
             "steps_per_s": _r(st.steps_per_s if st else None, 3),
             "compile_steps": marked,
         },
+        "generation": _generation(s),
         "compile": {
             "compiles": cs.compile_count,
             "recompiles": cs.recompile_count,
@@ -77,7 +78,7 @@ def build_report(s: Session) -> dict[str, Any]:
             "recompile_limit": cs.recompile_limit,
             "torch_compile_calls": cs.call_count,
         },
-        "compile_calls": [_fields(c, omit_none=True) for c in cs.calls[:20]],
+        "compile_calls": [_fields(c) for c in cs.calls[:20]],
         "frames": [_frame(f) for f in cs.frames_sorted()],
         "graph_breaks": [
             {
@@ -132,6 +133,22 @@ def _frame(f: Frame) -> dict[str, Any]:
         "limit_hit": f.limit_hit,
         "time_s": _r(f.time_s),
         "compile_ids": [c.compile_id for c in f.compiles][:100],
+    }
+
+
+def _generation(s: Session) -> dict[str, Any] | None:
+    g = s.generation.stats(s.steps, [c.span for c in s.compile.compiles])
+    if g is None:
+        return None
+    return {
+        "calls": g.calls,
+        "tokens": g.tokens,
+        "prefill": "compiled" if g.prefill_compiled else "eager",
+        "ttft_ms": _r(g.ttft_ms, 4),
+        "ttft_max_ms": _r(g.ttft_max_ms, 4),
+        "token_p50_ms": _r(g.token_p50_ms, 4),
+        "token_p90_ms": _r(g.token_p90_ms, 4),
+        "token_samples": g.token_samples,
     }
 
 

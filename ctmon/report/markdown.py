@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctmon.locations import where
-from ctmon.report.text import exit_text, fmt_ms, fmt_s
+from ctmon.report.text import exit_text, fmt_ms, fmt_s, generation_text
 from ctmon.textsafe import clean, clean_tree
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -37,6 +37,7 @@ def markdown(r: dict[str, Any]) -> str:
             if st["count"]
             else "no step boundaries",
         ),
+        *([("Generation", generation_text(r["generation"]))] if r.get("generation") else []),
         ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),

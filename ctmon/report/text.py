@@ -30,6 +30,27 @@ def fmt_ms(v: float | None) -> str:
     return f"{v:.2f} ms"
 
 
+def generation_text(g: dict[str, Any]) -> str:
+    """One line on the job's generate() calls (report key ``generation``)."""
+    calls = g["calls"]
+    ttft = (
+        f"first token {fmt_ms(g['ttft_ms'])}"
+        if g.get("ttft_ms") is not None
+        else "first token not timed (needs Python 3.12+)"
+    )
+    if g.get("ttft_ms") is not None and calls > 1:
+        ttft = f"first token p50 {fmt_ms(g['ttft_ms'])} (max {fmt_ms(g['ttft_max_ms'])})"
+    per_token = (
+        f"per token p50 {fmt_ms(g['token_p50_ms'])}, p90 {fmt_ms(g['token_p90_ms'])}"
+        if g.get("token_p50_ms") is not None
+        else "per-token latency not known"
+    )
+    return (
+        f"{calls} generate() call{'s' if calls != 1 else ''}, {g['tokens']} token{'s' if g['tokens'] != 1 else ''} "
+        f"(prefill {g['prefill']}): {ttft}; {per_token}"
+    )
+
+
 def fmt_s(v: float | None) -> str:
     if v is None:
         return "-"
@@ -69,6 +90,8 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
             f"ctmon: {st['count']} steps ({st['source']}): p50 {fmt_ms(st['p50_ms'])}, "
             f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing})"
         )
+    if r.get("generation"):
+        lines.append(f"ctmon: {generation_text(r['generation'])}")
     lines.append(
         f"ctmon: {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
         f"{c['limit_hits']} recompile-limit hits, {fmt_s(c['total_time_s'])} compiling"
@@ -81,9 +104,11 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
         )
     for f in r.get("findings", [])[:3]:
         if f.get("severity") in ("critical", "warning"):
-            at = where(f.get("file"), f.get("line"), r.get("cwd"))
             called = locations.called_from_text(f.get("called_from"), r.get("cwd"))
-            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']} ({at}{', ' + called if called else ''})")
+            at = ", ".join(
+                p for p in (where(f["file"], f.get("line"), r.get("cwd")) if f.get("file") else "", called) if p
+            )
+            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']}" + (f" ({at})" if at else ""))
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         lines.append(
@@ -151,6 +176,8 @@ def full_text(r: dict[str, Any]) -> str:
         )
         if st.get("compile_steps"):
             add(f"  {st['compile_steps']} step(s) paid for a compile")
+        if r.get("generation"):
+            add(_wrap(generation_text(r["generation"]), "  ", "    "))
     else:
         add("  no step boundaries seen (no optimizer.step(), no compiled model calls, no ctmon.step())")
     c = r["compile"]

@@ -21,6 +21,7 @@ from itertools import chain
 from typing import Any, cast
 
 from ctmon.store.compiles import CompileState
+from ctmon.store.generation import GenerationState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.steps import StepClock
 from ctmon.store.values import nonempty
@@ -89,6 +90,7 @@ class Session:
     def __init__(self) -> None:
         self.meta = Meta()
         self.steps = StepClock()
+        self.generation = GenerationState()
         self.compile = CompileState()
         self.output = OutputBuffer()
         self.log: deque[LogEntry] = deque(maxlen=LOG_MAX)
@@ -123,6 +125,7 @@ class Session:
             E.Cudagraph: self._on_cudagraph,
             E.Steps: self._on_steps,
             E.DeviceTime: self._on_device_time,
+            E.Generation: self._on_generation,
             E.Drops: self._on_drops,
             E.Note: self._on_note,
             E.Output: self._on_output,
@@ -374,6 +377,10 @@ class Session:
 
     def _on_device_time(self, ev: E.DeviceTime) -> None:
         if self.steps.on_device_time(ev):
+            self.rev["steps"] += 1
+
+    def _on_generation(self, ev: E.Generation) -> None:
+        if self.generation.on_generation(ev):
             self.rev["steps"] += 1
 
     def _on_drops(self, ev: E.Drops) -> None:

@@ -239,6 +239,16 @@ class StepSeries:
             return [v for v in self.eff_ms[a:] if v == v]
         return array("f", [d / 1e6 for d in self.ns[a:] if d > 0]).tolist()
 
+    def known_intervals(self, a: int, b: int) -> list[float]:
+        """Effective intervals ending at boundaries ``a .. b-1`` (clipped to
+        the boundaries folded so far), unknown ones left out."""
+        a, b = max(1, a), min(b, len(self.ns))
+        if a >= b:
+            return []
+        if self.eff_ms is not None:
+            return [v for v in self.eff_ms[a:b] if v == v]
+        return array("f", [d / 1e6 for d in self.ns[a:b] if d > 0]).tolist()
+
     def last_interval_ms(self) -> float | None:
         v = self.interval_ms(len(self.ns) - 1) if len(self.ns) > 1 else NAN
         return v if v == v else None

@@ -289,6 +289,22 @@ class DeviceTime(Event, tag="device_time", omit_defaults=False):
     ms: Finite = 0.0
 
 
+class Generation(Event, tag="generation"):
+    """One ``generate()`` call whose forward was compiled (ctmon/agent/generation.py).
+
+    ``i0`` .. ``i1``: the step indices (in source ``src``) of its decode calls,
+    -1 when they are not one unbroken run of that series; ``ttft_ms`` and
+    ``ms`` (the whole call) need the call's start, known on Python 3.12+."""
+
+    src: str = ""
+    prefill_calls: int = 0
+    decode_calls: int = 0
+    i0: int = -1
+    i1: int = -1
+    ttft_ms: Finite | None = None
+    ms: Finite | None = None
+
+
 class Drops(Event, tag="drops", omit_defaults=False):
     steps: int | None = None
     events: int | None = None
@@ -371,6 +387,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     Cudagraph,
     Steps,
     DeviceTime,
+    Generation,
     Drops,
     Note,
     Output,

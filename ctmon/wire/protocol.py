@@ -63,6 +63,7 @@ AUTOTUNE = "autotune"  # A: Triton kernel autotuning result (GPU)
 CUDAGRAPH = "cudagraph"  # A: a cudagraphs event (skip, re-record, ...)
 STEPS = "steps"  # A: a batch of step boundaries
 DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
+GENERATION = "generation"  # A: one generate() call: its prefill and decode calls, time to first token
 DROPS = "drops"  # A: cumulative counts of events the agent had to drop
 NOTE = "note"  # A/S: a message from ctmon itself (hook disabled, ...)
 OUTPUT = "output"  # S: a chunk of the job's stdout or stderr
@@ -86,6 +87,7 @@ KNOWN_KINDS = frozenset(
         CUDAGRAPH,
         STEPS,
         DEVICE_TIME,
+        GENERATION,
         DROPS,
         NOTE,
         OUTPUT,

@@ -8,11 +8,13 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.store import Session
+from ctmon.store.generation import GenerationStats
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title
 from ctmon.tui.panels.base import Panel
 
 STATS_WINDOW = 1000
+GENERATION_WINDOW = 200  # recent generate() calls the token line speaks of
 
 
 class StepsPanel(Panel):
@@ -60,7 +62,8 @@ class StepsPanel(Panel):
         # start the axis a little below the fastest step, so variation shows;
         # the axis labels say where it starts
         floor = max(0.0, low - 0.25 * (top - low)) if top > low else 0.0
-        chart_h = max(1, h - 2)
+        gen = s.generation.stats(s.steps, _all_spans(s), last=GENERATION_WINDOW) if len(s.generation) else None
+        chart_h = max(1, h - (3 if gen is not None else 2))
         rows = fmt.bar_rows([v - floor if v == v else v for v in vals], chart_h, max(top - floor, 1e-9))
         out = Text()
         for r, row in enumerate(rows):
@@ -95,7 +98,32 @@ class StepsPanel(Panel):
         if marked and len(full) + len(legend) <= w:
             stats.append(legend, style="dim")
         out.append_text(stats)
+        if gen is not None:
+            out.append("\n")
+            out.append_text(_generation_line(gen, w))
         return out
+
+
+def _generation_line(g: GenerationStats, width: int) -> Text:
+    """Tokens, time to first token and per-token latency of the recent generate() calls."""
+    head = f"generate ×{fmt.count(g.calls)} · {fmt.count(g.tokens)} tok"
+    ttft = f" · 1st {fmt.ms(g.ttft_ms)}" if g.ttft_ms is not None else ""
+    tok = f" · tok p50 {fmt.ms(g.token_p50_ms)} p90 {fmt.ms(g.token_p90_ms)}" if g.token_p50_ms is not None else ""
+    text = head + ttft + tok
+    for short in (
+        f"gen ×{fmt.count(g.calls)} · {fmt.count(g.tokens)} tok{ttft} · p50 {fmt.num_ms(g.token_p50_ms)} p90 {fmt.num_ms(g.token_p90_ms)} ms",
+        f"gen {fmt.count(g.tokens)} tok{ttft} · p50 {fmt.num_ms(g.token_p50_ms)} ms",
+    ):
+        if len(text) <= width:
+            break
+        text = short
+    line = Text(text[:width])
+    line.highlight_regex(r"\b(generate|gen|tok|1st|p50|p90)\b", "dim")
+    return line
+
+
+def _all_spans(s: Session) -> list[tuple[float, float]]:
+    return [c.span for c in s.compile.compiles]
 
 
 def _recent_spans(s: Session, since: float) -> list[tuple[float, float]]:

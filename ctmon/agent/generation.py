@@ -1,0 +1,221 @@
+"""Which compiled calls are the tokens of a ``generate()`` call.
+
+A Hugging Face ``generate()`` runs the model's forward once per token: a
+prefill over the prompt, then one decode call per new token. Where that
+forward is compiled, each top-level call is a step boundary
+(steps.StepClock.call_hook), so the step series mixes prompts, first tokens
+and decode tokens. This module tells, per compiled call, whether it runs
+inside a ``generate()`` and inside its prefill, and sends one ``generation``
+event per ``generate()`` call: how many calls were prefill and decode, the
+step indices of the decode calls (the store reads the token latencies from
+the step series, device-timed where CUDA events resolved them), and the time
+to the first token where the start of the call is known.
+
+Nothing wraps ``generate()`` (the program stays the same, and no ctmon frame
+is on its stack):
+
+* at a compiled call, the stack is walked for ``GenerationMixin.generate``'s
+  and ``_prefill``'s code objects. One ``generate()`` call is told from the
+  next by a weak reference to the ``GenerationConfig`` copy each call makes
+  for itself: it dies when the call returns, which also ends the generation.
+  Only inference loops pay for the walk (a training loop's clock is the
+  optimizer, and call_hook returns before calling here), and once a decode
+  call has been seen, later calls of the same ``generate()`` skip it;
+* on Python 3.12+, ``sys.monitoring`` reports the start of every
+  ``generate()`` call (a local event on that one code object: no cost
+  elsewhere), which gives the time to the first token. Python 3.11 has no
+  such event without a wrapper or a profiler, so there ``ttft_ms`` is absent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from types import CodeType, FrameType, ModuleType
+from typing import Any
+
+from ctmon.agent.channel import Channel
+from ctmon.wire import protocol
+
+MAX_DEPTH = 200  # frames walked up from a compiled call
+CONFIG_LOCAL = "generation_config"  # generate()'s own copy of its settings
+
+_now = time.perf_counter_ns
+
+
+class _Open:
+    """One generate() call in progress."""
+
+    __slots__ = ("start_ns", "prefill", "decode", "i0", "i1", "first_decode_ns", "ref", "__weakref__")
+
+    def __init__(self, start_ns: int | None) -> None:
+        self.start_ns = start_ns
+        self.prefill = 0  # compiled calls made inside _prefill()
+        self.decode = 0
+        self.i0 = -1  # step index of the first decode call
+        self.i1 = -1
+        self.first_decode_ns: int | None = None
+        self.ref: Any = None
+
+
+class GenerationWatch:
+    def __init__(self, channel: Channel, src: str = protocol.STEP_SOURCES[0]) -> None:
+        self._ch = channel
+        self._src = src
+        self._generate: CodeType | None = None
+        self._prefill: CodeType | None = None
+        self._open: _Open | None = None
+        self._started_ns: int | None = None  # the last generate() start sys.monitoring saw
+        self.armed = False
+
+    # ---- set-up (the import of transformers' generation utilities) ----
+
+    def arm(self, module: ModuleType) -> bool:
+        mixin = getattr(module, "GenerationMixin", None)
+        generate = _code(getattr(mixin, "generate", None))
+        if generate is None:
+            return False
+        self._generate = generate
+        self._prefill = _code(getattr(mixin, "_prefill", None))
+        self.armed = True
+        _monitor_starts(generate, self._on_start)
+        return True
+
+    def _on_start(self, code: CodeType, offset: int) -> Any:
+        if self._open is None:  # a nested generate() (assisted decoding's) is part of the outer one
+            self._started_ns = _now()
+        return None
+
+    # ---- the hot path: a top-level compiled call (idx: its step index, or -1) ----
+
+    def on_call(self, idx: int, t_ns: int) -> None:
+        cur = self._open
+        if cur is not None and cur.decode:
+            self._decode(cur, idx, t_ns)  # generate() still runs: its config is alive
+            return
+        frame, in_prefill = self._find(sys._getframe(2))
+        if frame is None:
+            return
+        if cur is None:
+            cur = self._begin(frame)
+            if cur is None:
+                return
+        if in_prefill:
+            cur.prefill += 1
+        else:
+            self._decode(cur, idx, t_ns)
+
+    def _find(self, frame: FrameType | None) -> tuple[FrameType | None, bool]:
+        """The outermost generate() frame above a call, and whether _prefill() is between."""
+        generate, prefill = self._generate, self._prefill
+        found: FrameType | None = None
+        in_prefill = False
+        depth = 0
+        while frame is not None and depth < MAX_DEPTH:
+            code = frame.f_code
+            if code is generate:
+                found = frame
+            elif code is prefill and found is None:
+                in_prefill = True
+            frame = frame.f_back
+            depth += 1
+        return found, in_prefill
+
+    def _begin(self, frame: FrameType) -> _Open | None:
+        config = frame.f_locals.get(CONFIG_LOCAL)
+        started = self._started_ns
+        self._started_ns = None
+        cur = _Open(started)
+        try:
+            cur.ref = weakref.ref(config, self._ended(cur))
+        except TypeError:
+            return None  # no per-call object to tell one generate() call from the next
+        self._open = cur
+        return cur
+
+    @staticmethod
+    def _decode(cur: _Open, idx: int, t_ns: int) -> None:
+        if cur.decode == 0:
+            cur.first_decode_ns = t_ns
+            cur.i0 = idx
+        elif idx < 0 or cur.i1 < 0 or idx != cur.i1 + 1:
+            cur.i0 = -1  # not one unbroken run of boundaries: latencies unknown
+        cur.i1 = idx
+        cur.decode += 1
+
+    def _ended(self, cur: _Open) -> Callable[[Any], None]:
+        # Runs where the GenerationConfig is freed -- generate() returning, on
+        # the job's thread: one clock read and one append, never raises.
+        def ended(_ref: Any) -> None:
+            try:
+                self._finish(cur, _now())
+            except Exception:
+                pass
+
+        return ended
+
+    def _finish(self, cur: _Open, end_ns: int) -> None:
+        if self._open is cur:
+            self._open = None
+        if cur.decode == 0 and cur.prefill == 0:
+            return
+        self._ch.put(("event", self.event(cur, end_ns)), True)
+
+    def flush(self) -> None:
+        """At exit: a generate() still open (the job ended inside it)."""
+        cur = self._open
+        if cur is not None:
+            self._finish(cur, _now())
+
+    def event(self, cur: _Open, end_ns: int) -> protocol.Event:
+        ttft: float | None = None
+        if cur.start_ns is not None:
+            first = cur.first_decode_ns if cur.first_decode_ns is not None else end_ns
+            ttft = (first - cur.start_ns) / 1e6
+        ok = cur.i0 >= 0 and cur.i1 - cur.i0 + 1 == cur.decode
+        return {
+            "kind": protocol.GENERATION,
+            "t": time.time(),
+            "src": self._src,
+            "prefill_calls": cur.prefill,
+            "decode_calls": cur.decode,
+            "i0": cur.i0 if ok else -1,
+            "i1": cur.i1 if ok else -1,
+            "ttft_ms": ttft,
+            "ms": (end_ns - cur.start_ns) / 1e6 if cur.start_ns is not None else None,
+        }
+
+
+def _code(fn: Any) -> CodeType | None:
+    """The code object a (decorated) function runs: generate() is wrapped by
+    ``torch.no_grad()``, whose frame is not the one that holds the locals."""
+    if fn is None:
+        return None
+    try:
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+    except ValueError:
+        return None
+    return code if isinstance(code, CodeType) else None
+
+
+def _monitor_starts(code: CodeType, callback: Callable[[CodeType, int], Any]) -> bool:
+    """sys.monitoring's PY_START on one code object (Python 3.12+)."""
+    mon: Any = getattr(sys, "monitoring", None)
+    if mon is None:
+        return False
+    for tool in (4, 3, 5):  # ids no debugger, coverage tool or profiler claims by convention
+        try:
+            mon.use_tool_id(tool, "ctmon")
+        except ValueError:
+            continue  # taken
+        try:
+            mon.register_callback(tool, mon.events.PY_START, callback)
+            mon.set_local_events(tool, code, mon.events.PY_START)
+            return True
+        except Exception:
+            mon.free_tool_id(tool)
+            return False
+    return False
