@@ -5,6 +5,9 @@ backend="eager": one change of the sequence length recompiles four frames
 (transformers' hook wrapper, forward, the loss, the output dataclass) and must
 read as one finding; the same script failing in its first step must name the
 exception; a compiled step that captures no operation must say it runs eager.
+A tiny ViT trained on the batches a DataLoader without drop_last gives (and
+then single images) must get advice about batch sizes, written with the
+script's own variable, and transformers' own config setting.
 Every recording is also analysed in-process with ``strict=True``, so a rule
 that raises on it fails here instead of vanishing from the report.
 """
@@ -13,10 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, record
+from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, env_with, record
+from trace_shape import read_trace_shape
 
 from ctmon.store import Session
 from ctmon.store.findings import analyze
@@ -25,6 +31,7 @@ from ctmon.wire.recording import read_recording
 GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
 EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")
 NOT_CALLED = os.path.join(WORKLOADS, "findings", "compiled_not_called.py")
+VIT = os.path.join(WORKLOADS, "findings", "hf_vit.py")
 RECOMPILE_RULES = ("shape-recompiles", "scalar-recompiles", "guard-recompiles", "recompile-limit")
 
 
@@ -58,6 +65,7 @@ def runs(tmp_path_factory):
     # one at a time: the CI machines have two cores, and GPT-2's compiles fill one
     return {
         "gpt2": Recorded(base / "gpt2", [GPT2], torch_trace=True),
+        "vit": Recorded(base / "vit", [VIT], torch_trace=True),
         "crash": Recorded(base / "crash", [GPT2, "--crash"], rc=1),
         "empty": Recorded(base / "empty", [EMPTY]),
         "empty-fixed": Recorded(base / "empty-fixed", [EMPTY, "--fix"]),
@@ -166,3 +174,27 @@ def test_torch_compile_called_but_nothing_compiled_says_so(runs):
     assert (call["file"], call["line"]) == (NOT_CALLED, marker(NOT_CALLED, "FIXED-COMPILE"))
     for run in (r, fixed):  # nothing else on either run is a warning
         assert [x["rule"] for x in run.findings if x["severity"] != "info"] == (["never-compiled"] if run is r else [])
+
+
+def test_a_vision_model_with_changing_batches_gets_batch_advice_in_the_users_words(runs, tmp_path):
+    r = runs["vit"]
+    assert_matches_torch_trace(r.rep, r.run.trace())
+    # the program is the one plain python runs: PyTorch's trace of it agrees
+    plain_dir = str(tmp_path / "plain")
+    plain = subprocess.run(
+        [sys.executable, VIT], capture_output=True, text=True, env=env_with(TORCH_TRACE=plain_dir), timeout=300
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    want, got = read_trace_shape(plain_dir), read_trace_shape(r.run.trace_dir)
+    assert want.compiles and got.compiles == want.compiles and got.breaks == want.breaks
+
+    mine = {"file": VIT, "line": marker(VIT, "BATCH-CALL")}
+    (shape,) = r.rule("shape-recompiles")  # one cause, one finding
+    assert shape["severity"] == "warning"
+    assert shape["title"].endswith("dim 0 of tensor 'kwargs['pixel_values']' changed (sizes 4, 3, 1)")
+    assert {"file": shape["called_from"]["file"], "line": shape["called_from"]["line"]} == mine
+    assert "torch._dynamo.mark_dynamic(images, 0)" in shape["fix"]
+    assert "DataLoader(drop_last=True)" in shape["fix"] and "A batch of one" in shape["fix"]
+    (cfg,) = [f for f in r.rule("guard-recompiles") if "problem_type" in f["title"]]
+    assert 'model.config.problem_type = "single_label_classification"' in cfg["fix"]
+    assert cfg["called_from"] is not None and cfg["called_from"]["line"] == mine["line"]

@@ -813,6 +813,20 @@ def test_compile_failure():
     assert f.severity == "warning" and "(Unsupported)" in f.title and f.evidence == ["0/1: call to foo"]
 
 
+def test_a_failed_wrapper_whose_calls_compiled_is_not_said_to_run_eager():
+    """A library's hook wrapper Dynamo gives up on, while the forward it calls
+    compiles as a frame of its own: the model's work is compiled."""
+    failed = {"fail_type": "Unsupported", "fail_reason": "call to a hook\nmore", "has_guarded_code": False}
+    r = Run().compile(0, "wrapper", **failed).compile(1, "forward", graph_op_count=12).steps(3)
+    f = only(r.findings(), "compile-failures")
+    assert f.severity == "info"
+    assert f.title == "Compiling wrapper failed (Unsupported); the code it calls still compiled (forward)"
+    # nothing compiled inside it before the next step: it does run eager
+    r2 = Run().compile(0, "wrapper", **failed).steps(2).compile(1, "forward", graph_op_count=12).steps(2)
+    f2 = only(r2.findings(), "compile-failures")
+    assert f2.severity == "warning" and f2.title.endswith("; it runs eager")
+
+
 # ------------------------------------------------------------ graph breaks
 
 
@@ -1702,3 +1716,50 @@ def test_batch_dim_advice_names_buckets_and_the_batch_of_one():
     )
     f2 = by_id(r2.steps(2).findings())["shape-recompiles:0:x:1"]
     assert "bucket batch sizes" not in f2.fix
+
+
+def test_a_shape_fix_names_the_users_own_expression():
+    from ctmon.store.findings.guard_advice import name_users_tensor, user_expression
+
+    line = "out = cmodel(pixel_values=images[:, :3], labels=labels)  # BATCH-CALL"
+    assert user_expression("kwargs['pixel_values']", line) == "images[:, :3]"
+    assert user_expression("args[1]", "y = f(a, batch.x)") == "batch.x"
+    assert user_expression("args[0]", "y = f(*xs)") is None  # which one is not on the line
+    assert user_expression("kwargs['x']", "y = f(x=a) + g(x=b)") is None  # two calls say it
+    assert user_expression("kwargs['x']", "y = f(x=a,") is None  # a call written over several lines
+    assert user_expression("input_ids", line) is None  # a parameter's own name needs no translation
+    fix = "Make dim 0 of the tensor passed as kwargs['x'] dynamic: torch._dynamo.mark_dynamic(x, 0)."
+    assert name_users_tensor(fix, "kwargs['x']", "out = m(x=batch)") == (
+        "Make dim 0 of batch (what your line passes as kwargs['x']) dynamic: torch._dynamo.mark_dynamic(batch, 0)."
+    )
+    assert name_users_tensor(fix, "kwargs['x']", None) == fix
+
+
+def test_a_range_guard_reads_the_size_it_refused_and_transformers_config_gets_its_setting():
+    r = (
+        Run()
+        .steps(1)
+        .compile(0, "wrapper")
+        .compile(0, "wrapper", reason="self.config.problem_type is None")
+        .steps(1)
+        .compile(0, "wrapper", reason="tensor 'kwargs['pixel_values']' size mismatch at index 0. expected 4, actual 3")
+        .steps(1)
+        .add(
+            _reasons(
+                0,
+                3,
+                [
+                    "2 <= kwargs['pixel_values'].size()[0]",
+                    "tensor 'kwargs['pixel_values']' size mismatch at index 0. expected 4, actual 1",
+                ],
+            )
+        )
+        .compile(0, "wrapper", reason="2 <= kwargs['pixel_values'].size()[0]")
+        .steps(2)
+    )
+    fs = by_id(r.findings())
+    shape = fs["shape-recompiles:0:kwargs['pixel_values']:0"]
+    assert shape.title.endswith("(sizes 4, 3, 1)"), shape.title
+    assert "A batch of one" in shape.fix
+    cfg = next(f for f in fs.values() if f.rule == "guard-recompiles")
+    assert 'model.config.problem_type = "single_label_classification"' in cfg.fix

@@ -2,7 +2,8 @@
 
 End to end, a tiny Llama built from a config generates under ``ctmon record``
 twice -- its forward compiled by the user (dynamic cache: prefill and decode
-compiled), and by transformers itself (static cache: decode only) -- and the
+compiled), and by transformers itself (static cache: decode only) -- and so
+does a tiny T5 (an encoder-decoder, its forward compiled by the user); the
 report's ``generation`` must count the tokens the script printed. The trace
 PyTorch writes under ctmon must equal the plain run's (the watch wraps
 nothing). The agent's watch and the store's statistics are also driven
@@ -42,6 +43,8 @@ CASES = {
     "dynamic": (["--cache", "dynamic", "--backend", "eager"], "compiled"),
     # transformers' own compile of the decode forward (static cache); prefill eager
     "static": (["--cache", "static", "--backend", "aot_eager"], "eager"),
+    # an encoder-decoder: the encoder runs eager once per call, the decoder's forward is compiled
+    "t5": (["--model", "t5", "--cache", "dynamic", "--backend", "eager"], "compiled"),
 }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import breaks, caches, cascades, perf, recompiles, silent
+from ctmon.store.findings.guard_advice import name_users_tensor
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events import StackFrame
 
@@ -70,6 +71,15 @@ def _lead_in(session: Session, found: list[Finding]) -> None:
             known.setdefault((frame.code.file, frame.code.line), frame.called_from)
     if not known:
         return
+    # a line of a library file no frame or site starts at (a guard's source
+    # line inside the compiled frame): the user's line, if that file has one
+    by_file: dict[str | None, set[tuple[str | None, int | None]]] = {}
+    for (file, _), c in known.items():
+        by_file.setdefault(file, set()).add((c.file, c.line))
     for f in found:
         if f.called_from is None and f.file:
             f.called_from = known.get((f.file, f.line))
+            if f.called_from is None and len(by_file.get(f.file, ())) == 1:
+                f.called_from = next(c for (file, _), c in known.items() if file == f.file)
+        if f.argument is not None and f.called_from is not None:
+            f.fix = name_users_tensor(f.fix, f.argument, f.called_from.code)

@@ -99,6 +99,7 @@ def rule_cascades(s: Session) -> list[Finding]:
                 evidence=evidence,
                 fix=A.fix_for(g, vals),
                 rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
+                argument=g.name if g.kind == G.SHAPE else None,
             )
         )
     return out

@@ -4,6 +4,7 @@ cascades give the same advice for the same guard)."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 from ctmon.store.findings import guards as G
@@ -53,11 +54,71 @@ def batch_advice(g: G.Guard, values: list[str] | None) -> str:
 def values_taken(pairs: Group) -> list[str]:
     """The values the guarded thing took, in order, without repeats."""
     out: list[str] = []
-    for _, g in pairs:
-        for v in (g.expected, g.actual):
+    for c, g in pairs:
+        actual = g.actual
+        if actual is None and g.kind == G.SHAPE and g.expected and "<=" in g.expected:
+            actual = _size_beside(c.guard_failures, g)
+        for v in (g.expected, actual):
+            if g.kind == G.SHAPE and not G.is_int(v):
+                continue  # a range ('2 <= size') is not a size the dim took
             if v is not None and v not in out:
                 out.append(v)
     return out
+
+
+def _size_beside(failures: list[str], g: G.Guard) -> str | None:
+    """The size a range guard ('2 <= size') refused, where Dynamo says it:
+    the same compile's guard against an older, static version of the dim
+    ('... size mismatch at index 0. expected 4, actual 1')."""
+    for other in G.failed(failures):
+        if other.kind == G.SHAPE and other.name == g.name and other.dim == g.dim and G.is_int(other.actual):
+            return other.actual
+    return None
+
+
+_KWARG = re.compile(r"^kwargs\[['\"](?P<key>[^'\"]+)['\"]\]$")
+_POSITIONAL = re.compile(r"^args\[(?P<i>\d+)\]$")
+
+
+def user_expression(argument: str, code: str | None) -> str | None:
+    """What the user's line passes as a compiled call's argument: for
+    ``kwargs['pixel_values']`` and ``out = cmodel(pixel_values=images)``,
+    ``images``. None unless exactly one call on the line says it plainly."""
+    if not code:
+        return None
+    kw, pos = _KWARG.match(argument), _POSITIONAL.match(argument)
+    if kw is None and pos is None:
+        return None
+    try:
+        tree = ast.parse(code.strip())
+    except (SyntaxError, ValueError):
+        return None  # one line of a call written over several
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if kw is not None:
+            found += [k.value for k in node.keywords if k.arg == kw.group("key")]
+        elif (
+            pos is not None
+            and int(pos.group("i")) < len(node.args)
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+        ):
+            found.append(node.args[int(pos.group("i"))])
+    if len(found) != 1:
+        return None
+    text = ast.unparse(found[0])
+    return text if len(text) <= 60 else None
+
+
+def name_users_tensor(fix: str, argument: str, code: str | None) -> str:
+    """A fix that says mark_dynamic(x, ...) for a tensor the user passed by
+    keyword or position names the user's own expression instead."""
+    expr = user_expression(argument, code)
+    if expr is None or "mark_dynamic(x, " not in fix:
+        return fix
+    fix = fix.replace("mark_dynamic(x, ", f"mark_dynamic({expr}, ")
+    return fix.replace(f"the tensor passed as {argument}", f"{expr} (what your line passes as {argument})", 1)
 
 
 def tensor_names(name: str) -> tuple[str, str]:
@@ -80,9 +141,33 @@ def what_changed(g: G.Guard) -> str:
     return f"{G.DESCRIPTIONS.get(g.kind, 'a guard failed')}: {g.name}"
 
 
+# Guards on state a library changes on its own, with the library's setting
+# that keeps it still: (what the guard's text contains, the fix).
+LIBRARY_GUARDS = (
+    (
+        "config.problem_type",
+        "transformers sets model.config.problem_type on the first call with labels (its classification "
+        "loss picks 'regression', 'single_label_classification' or 'multi_label_classification'), so the "
+        "second call sees a changed config and recompiles. Set it yourself before compiling, e.g. "
+        'model.config.problem_type = "single_label_classification" (integer class labels), or pass it to the '
+        "model's config: from_pretrained(..., problem_type=...).",
+    ),
+)
+
+
+def library_guard_fix(g: G.Guard) -> str | None:
+    for marker, fix in LIBRARY_GUARDS:
+        if marker in g.text or marker in g.name:
+            return fix
+    return None
+
+
 def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
     name = g.name
     k = g.kind
+    known = library_guard_fix(g)
+    if known is not None:
+        return known
     if k == G.SHAPE:
         who, code = tensor_names(name)
         if not reachable(name):

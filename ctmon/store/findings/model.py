@@ -38,6 +38,9 @@ class Finding:
     fix: str = ""  # the concrete change, naming the API
     rank: float = 0.0  # orders findings of equal severity (higher first)
     called_from: StackFrame | None = None  # file:line in a library: the user's own line that leads there
+    # The argument a shape fix names as Dynamo saw it (kwargs['pixel_values']):
+    # with the user's line known, the fix names the user's own expression.
+    argument: str | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
