@@ -10,7 +10,6 @@ usually Dynamo generalising once (info).
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import breaks as B
@@ -32,7 +31,7 @@ _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 Group = C.Group
 
 
-def _first(text: str | None, n: int = 160) -> str:
+def first_line(text: str | None, n: int = 160) -> str:
     if not text:
         return ""
     line = text.strip().splitlines()[0]
@@ -130,7 +129,7 @@ def rule_limit_approaching(s: Session) -> list[Finding]:
                     "Each recompile below had its own cause; a few more new inputs and Dynamo stops compiling this "
                     "frame, which then runs eager."
                 ),
-                evidence=[f"recompiled: {_first(c.recompile_reason)}" for c, _ in pairs[-6:]],
+                evidence=[f"recompiled: {first_line(c.recompile_reason)}" for c, _ in pairs[-6:]],
                 fix=(
                     f"Remove the causes you can (see the guard findings for {f.title}); if the versions are all needed, "
                     f"raise torch._dynamo.config.recompile_limit above {f.entries + 2}."
@@ -395,64 +394,10 @@ def rule_other_guards(s: Session) -> list[Finding]:
     return out
 
 
-def rule_compile_failures(s: Session) -> list[Finding]:
-    out = []
-    for f in s.compile.frames.values():
-        failed = [c for c in f.compiles if not c.ok and not c.limit_hit]
-        if not failed:
-            continue
-        c0 = failed[0]
-        inner = [] if any(c.ok for c in f.compiles) else _compiled_inside(s, f, c0)
-        if inner:
-            # a wrapper Dynamo gave up on (a library's hook wrapper, say):
-            # the calls inside it are frames of their own and compiled
-            names = ", ".join(sorted({g.title for g in inner})[:4])
-            severity = "info"
-            title = f"Compiling {f.title} failed ({c0.fail_type}); the code it calls still compiled ({names})"
-            detail = (
-                "Dynamo gave up on this frame and runs it eager, then compiled the functions it calls as frames "
-                f"of their own ({names}): the model's work is compiled; only this frame's own code runs eager."
-            )
-        else:
-            severity = "warning"
-            title = f"Compiling {f.title} failed ({c0.fail_type}); it runs eager"
-            detail = "torch.compile fell back to eager for this frame (errors are suppressed or the frame was skipped)."
-        out.append(
-            Finding(
-                id=f"compile-failed:{f.frame_id}",
-                rule="compile-failures",
-                severity=severity,
-                title=title,
-                file=f.loc.file,
-                line=f.loc.line,
-                detail=detail,
-                evidence=[f"{c.compile_id}: {_first(c.fail_reason, 300)}" for c in failed[:5]],
-                fix="Read the reason above; run once with torch._dynamo.config.suppress_errors = False to see the full "
-                "error, and fix or isolate the failing code (torch.compiler.disable on the offending function).",
-                rank=RANK_RECOMPILES - 50,
-            )
-        )
-    return out
-
-
-def _compiled_inside(s: Session, failed: Frame, c0: CompileRecord) -> list[Frame]:
-    """Frames that compiled operations right after ``failed``'s failed
-    compile, before the next step boundary: the calls made inside it."""
-    series = s.steps.current
-    times = series.times if series is not None else []
-    nxt = times[bisect_right(times, c0.t)] if bisect_right(times, c0.t) < len(times) else float("inf")
-    return [
-        g
-        for g in s.compile.frames.values()
-        if g is not failed and any(c.ok and c.graph_ops and c0.span[0] <= c.span[0] < nxt for c in g.compiles)
-    ]
-
-
 RULES = (
     rule_recompile_limit,
     rule_limit_approaching,
     rule_shape_recompiles,
     rule_scalar_recompiles,
     rule_other_guards,
-    rule_compile_failures,
 )
