@@ -7,7 +7,9 @@ read as one finding; the same script failing in its first step must name the
 exception; a compiled step that captures no operation must say it runs eager.
 A tiny ViT trained on the batches a DataLoader without drop_last gives (and
 then single images) must get advice about batch sizes, written with the
-script's own variable, and transformers' own config setting.
+script's own variable, and transformers' own config setting. A Llama with
+gradient checkpointing, called with use_cache=True, must quote transformers'
+own message (which names the fix) on the graph break its logging call makes.
 Every recording is also analysed in-process with ``strict=True``, so a rule
 that raises on it fails here instead of vanishing from the report.
 """
@@ -32,6 +34,7 @@ GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
 EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")
 NOT_CALLED = os.path.join(WORKLOADS, "findings", "compiled_not_called.py")
 VIT = os.path.join(WORKLOADS, "findings", "hf_vit.py")
+CKPT = os.path.join(WORKLOADS, "findings", "hf_checkpointing.py")
 RECOMPILE_RULES = ("shape-recompiles", "scalar-recompiles", "guard-recompiles", "recompile-limit")
 
 
@@ -66,6 +69,7 @@ def runs(tmp_path_factory):
     return {
         "gpt2": Recorded(base / "gpt2", [GPT2], torch_trace=True),
         "vit": Recorded(base / "vit", [VIT], torch_trace=True),
+        "ckpt": Recorded(base / "ckpt", [CKPT], torch_trace=True),
         "crash": Recorded(base / "crash", [GPT2, "--crash"], rc=1),
         "empty": Recorded(base / "empty", [EMPTY]),
         "empty-fixed": Recorded(base / "empty-fixed", [EMPTY, "--fix"]),
@@ -198,3 +202,33 @@ def test_a_vision_model_with_changing_batches_gets_batch_advice_in_the_users_wor
     (cfg,) = [f for f in r.rule("guard-recompiles") if "problem_type" in f["title"]]
     assert 'model.config.problem_type = "single_label_classification"' in cfg["fix"]
     assert cfg["called_from"] is not None and cfg["called_from"]["line"] == mine["line"]
+
+
+def _plain_trace(tmp_path: Any, script: str) -> tuple[Any, str]:
+    plain_dir = str(tmp_path / "plain")
+    plain = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, env=env_with(TORCH_TRACE=plain_dir), timeout=300
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    return read_trace_shape(plain_dir), plain.stderr
+
+
+def test_a_library_break_quotes_the_librarys_own_message(runs, tmp_path):
+    r = runs["ckpt"]
+    assert_matches_torch_trace(r.rep, r.run.trace())
+    want, plain_stderr = _plain_trace(tmp_path, CKPT)
+    got = read_trace_shape(r.run.trace_dir)
+    assert want.breaks and got.compiles == want.compiles and got.breaks == want.breaks
+    said = "`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`."
+    # the library still prints its warning, once, as without ctmon
+    assert r.run.proc.stderr.count(said) == plain_stderr.count(said) == 1
+    (b,) = [f for f in r.rule("graph-breaks") if "/site-packages/transformers/" in (f["file"] or "")]
+    assert b["id"] == "graph-breaks:logging:library" and b["severity"] == "warning"
+    assert any(e.endswith("logged there: " + said) for e in b["evidence"]), b["evidence"]
+    assert b["fix"].startswith(
+        f"transformers explains this line itself: \u201c{said}\u201d Pass `use_cache=False` yourself"
+    )
+    assert b["called_from"]["line"] == marker(CKPT, "CKPT-CALL")
+    # the wrapper Dynamo gave up on at that call: the layers inside it still compiled
+    failed = r.rule("compile-failures")
+    assert failed and all(f["severity"] == "info" and "still compiled" in f["title"] for f in failed), failed

@@ -264,6 +264,7 @@ TEMPLATES: dict[str, dict] = {
         "ttft_ms": 1.0,
         "ms": 2.0,
     },
+    "library_log": {"logger": "transformers", "level": "WARNING", "message": "m", "file": "f.py", "line": 3},
     "drops": {"steps": 1, "events": 1},
     "note": {"level": "warning", "source": "ctmon", "message": "m"},
     "output": {"stream": "stdout", "data": "line\npartial"},

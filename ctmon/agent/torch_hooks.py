@@ -33,6 +33,8 @@ from typing import Any
 
 from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
+from ctmon.agent.library_log import LOGGING_MODULE
+from ctmon.agent.library_log import attach as attach_library_log
 from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 from ctmon.wire import protocol
@@ -99,7 +101,17 @@ def watch_torch_import(agent: Agent) -> None:
         except Exception:
             pass
 
+    def on_library_logging(module: ModuleType) -> None:
+        try:
+            attach_library_log(lambda ev: agent.emit(ev, urgent=False))
+        except Exception:
+            pass
+
     callbacks: dict[str, Callable[[ModuleType], None]] = {}
+    if LIBRARY_LOGGING in sys.modules:
+        on_library_logging(sys.modules[LIBRARY_LOGGING])
+    else:
+        callbacks[LIBRARY_LOGGING] = on_library_logging
     if GENERATION_UTILS in sys.modules:
         on_generation_utils(sys.modules[GENERATION_UTILS])
     else:
@@ -118,6 +130,7 @@ def watch_torch_import(agent: Agent) -> None:
 
 CUDAGRAPH_UTILS = "torch._inductor.cudagraph_utils"
 GENERATION_UTILS = "transformers.generation.utils"  # GenerationMixin.generate
+LIBRARY_LOGGING = LOGGING_MODULE  # transformers' logging set-up: its warnings, with their lines
 
 
 def hook_cudagraph_skips(agent: Agent, module: ModuleType) -> None:

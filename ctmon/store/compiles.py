@@ -174,6 +174,9 @@ class CompileState:
         self.bwd_time_s = 0.0
         self.graph_break_count = 0
         self.breaks: dict[tuple[Any, Any], BreakSite] = {}
+        # what a library logged, by the line that logged it (a logging call
+        # inside compiled code is also a graph break at that line)
+        self.library_logs: dict[tuple[str | None, int | None], E.LibraryLog] = {}
         self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
         self.bypass_reasons: Counter[str] = Counter()
         self.guard_misses: dict[str, int] = {}  # misses where the graph was cached under other shape guards

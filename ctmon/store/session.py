@@ -32,6 +32,7 @@ from ctmon.wire.decode import from_dict
 LOG_MAX = 5000
 STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
+LIBRARY_LOGS_MAX = 500
 
 
 @dataclass(slots=True)
@@ -126,6 +127,7 @@ class Session:
             E.Steps: self._on_steps,
             E.DeviceTime: self._on_device_time,
             E.Generation: self._on_generation,
+            E.LibraryLog: self._on_library_log,
             E.Drops: self._on_drops,
             E.Note: self._on_note,
             E.Output: self._on_output,
@@ -382,6 +384,12 @@ class Session:
     def _on_generation(self, ev: E.Generation) -> None:
         if self.generation.on_generation(ev):
             self.rev["steps"] += 1
+
+    def _on_library_log(self, ev: E.LibraryLog) -> None:
+        logs = self.compile.library_logs
+        if len(logs) < LIBRARY_LOGS_MAX and (ev.file, ev.line) not in logs:
+            logs[(ev.file, ev.line)] = ev
+            self.rev["compile"] += 1
 
     def _on_drops(self, ev: E.Drops) -> None:
         if ev.steps is not None and ev.steps > self.drops["steps"]:

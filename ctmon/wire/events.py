@@ -305,6 +305,17 @@ class Generation(Event, tag="generation"):
     ms: Finite | None = None
 
 
+class LibraryLog(Event, tag="library_log"):
+    """A warning a library logged (transformers), once per distinct message
+    and line: ``file``:``line`` is the line that called the logger."""
+
+    logger: str | None = None
+    level: str | None = None
+    message: str = ""
+    file: str | None = None
+    line: int | None = None
+
+
 class Drops(Event, tag="drops", omit_defaults=False):
     steps: int | None = None
     events: int | None = None
@@ -388,6 +399,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     Steps,
     DeviceTime,
     Generation,
+    LibraryLog,
     Drops,
     Note,
     Output,

@@ -64,6 +64,7 @@ CUDAGRAPH = "cudagraph"  # A: a cudagraphs event (skip, re-record, ...)
 STEPS = "steps"  # A: a batch of step boundaries
 DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
 GENERATION = "generation"  # A: one generate() call: its prefill and decode calls, time to first token
+LIBRARY_LOG = "library_log"  # A: a warning a library (transformers) logged, with the line that logged it
 DROPS = "drops"  # A: cumulative counts of events the agent had to drop
 NOTE = "note"  # A/S: a message from ctmon itself (hook disabled, ...)
 OUTPUT = "output"  # S: a chunk of the job's stdout or stderr
@@ -88,6 +89,7 @@ KNOWN_KINDS = frozenset(
         STEPS,
         DEVICE_TIME,
         GENERATION,
+        LIBRARY_LOG,
         DROPS,
         NOTE,
         OUTPUT,

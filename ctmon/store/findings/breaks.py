@@ -20,12 +20,14 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.guards import strip_comment
-from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix
+from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
 from ctmon.store.findings.model import RANK_BREAKS, Finding
+from ctmon.wire import events as E
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite
     from ctmon.store.session import Session
+    from ctmon.wire import events as E
 
 LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, EXPLICIT, OTHER = (
     "logging",
@@ -214,6 +216,14 @@ def _when(s: Session, site: BreakSite) -> str:
     return FAILED if _failed_early(s) else ONCE
 
 
+Logs = dict[tuple[str | None, int | None], E.LibraryLog]
+
+
+def _logged_at(site: BreakSite, logs: Logs | None) -> E.LibraryLog | None:
+    """What the library logged at a break's line (a logging call is itself the break)."""
+    return logs.get((site.file, site.line)) if logs else None
+
+
 def _evidence(sites: list[BreakSite], when: str) -> list[str]:
     evidence = []
     for b in sites[:10]:
@@ -234,14 +244,17 @@ def _counted(sites: list[BreakSite]) -> str:
     return f"{len(sites)} site{'s' if len(sites) != 1 else ''}, {total} break{'s' if total != 1 else ''}"
 
 
-def _finding(cat: str, sites: list[BreakSite], state: str, library: bool = False) -> Finding:
+def _finding(cat: str, sites: list[BreakSite], state: str, library: bool = False, logs: Logs | None = None) -> Finding:
     sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
     top = sites[0]
     total = sum(b.count for b in sites)
     looped = state != ONCE
     when = _WHEN[state]
+    said = [m for m in (_logged_at(b, logs) for b in sites) if m is not None]
     if library:  # advice about the library's own source would be advice the user cannot take
         fix = library_fix(top)
+        if said:
+            fix = library_says_fix(said[0]) + " " + fix
     else:
         specific = _specific_fix(cat, sites)
         fix = (specific + " " + FIXES[cat]).strip() if specific else FIXES[cat]
@@ -261,7 +274,7 @@ def _finding(cat: str, sites: list[BreakSite], state: str, library: bool = False
             FAILED: "The job failed before its first step completed, so these breaks were met in what would "
             "have been the first step: each splits the graph on every step once the job runs.",
         }[state],
-        evidence=_evidence(sites, when),
+        evidence=_evidence(sites, when) + [f"{m.logger or 'the library'} logged there: {m.message}" for m in said[:3]],
         fix=fix,
         rank=(RANK_BREAKS if looped else 0) + min(total, 99),
     )
@@ -296,7 +309,8 @@ def rule_graph_breaks(s: Session) -> list[Finding]:
             entry[1].append(site)
             continue
         groups[(category(site), state, site.called_from is not None)].append(site)
-    out = [_finding(cat, sites, state, library) for (cat, state, library), sites in groups.items()]
+    logs = s.compile.library_logs
+    out = [_finding(cat, sites, state, library, logs) for (cat, state, library), sites in groups.items()]
     out += [_by_design_finding(d, sites, state) for d, sites, state in designed.values()]
     return out
 

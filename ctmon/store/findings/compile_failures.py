@@ -51,8 +51,15 @@ def rule_compile_failures(s: Session) -> list[Finding]:
                 line=f.loc.line,
                 detail=detail,
                 evidence=[f"{c.compile_id}: {first_line(c.fail_reason, 300)}" for c in failed[:5]],
-                fix="Read the reason above; run once with torch._dynamo.config.suppress_errors = False to see the full "
-                "error, and fix or isolate the failing code (torch.compiler.disable on the offending function).",
+                fix=(
+                    "Nothing is needed for the model's speed: its work compiles in the frames named above. The "
+                    "reason above is usually also a graph break with a finding of its own; removing it lets this "
+                    "frame compile too."
+                    if inner
+                    else "Read the reason above; run once with torch._dynamo.config.suppress_errors = False to see "
+                    "the full error, and fix or isolate the failing code (torch.compiler.disable on the offending "
+                    "function)."
+                ),
                 rank=RANK_RECOMPILES - 50,
             )
         )

@@ -17,11 +17,13 @@ source. Two kinds:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite
+    from ctmon.wire import events as E
 
 
 @dataclass(frozen=True)
@@ -107,3 +109,23 @@ def library_fix(site: BreakSite) -> str:
         f"wrapper around it, or the layers inside), try a newer {pkg} release, or report it to {pkg} with "
         "PyTorch's explanation below; if it is met once per step, it costs one eager hop per step."
     )
+
+
+def library_says_fix(said: E.LibraryLog) -> str:
+    """The library's own message at the break's line: it names what the
+    library does there, and so the setting that keeps it from doing it."""
+    who = (said.logger or "the library").split(".")[0]
+    text = said.message.strip()
+    setting = _SETTING.search(text)
+    if setting is not None:
+        what = f"Pass {setting.group(1)} yourself, as {who} does anyway: "
+    else:
+        what = "Do in your own call what it describes: "
+    return (
+        f"{who} explains this line itself: \u201c{text}\u201d {what}the branch that logs -- this graph break -- "
+        "is then not taken."
+    )
+
+
+# "... Setting `use_cache=False`." -- the setting a library applies for the user
+_SETTING = re.compile(r"[Ss]etting (`[^`]{1,80}`)")
