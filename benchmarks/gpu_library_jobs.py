@@ -14,6 +14,11 @@
                     decode both compiled
   generate-uncompiled
                     torch.compile(model).generate(): nothing is compiled
+  vit-batches       a ViT-Base-sized model trained on batches of 32 with a
+                    short last batch of 20 per epoch, then single images
+  llama-checkpointing
+                    the Llama trained with gradient checkpointing, called
+                    with use_cache=True (transformers logs why it turns it off)
 
 The user's own lines carry markers (# CALL) for the checks to look for.
 """
@@ -135,12 +140,49 @@ def generate_uncompiled() -> None:
     print("generated", out.shape[1] - 32)
 
 
+def vit_batches() -> None:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    model = ViTForImageClassification(ViTConfig(num_labels=10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cmodel = torch.compile(model)
+    for n in [32] * 4 + [20] + [32] * 4 + [20] + [1] * 5:
+        images = torch.randn(n, 3, 224, 224, device="cuda")
+        labels = torch.randint(0, 10, (n,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = cmodel(pixel_values=images, labels=labels)  # CALL
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    print("trained")
+
+
+def llama_checkpointing() -> None:
+    model = _llama().float().train()
+    model.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cmodel = torch.compile(model)
+    for _ in range(10):
+        ids = torch.randint(0, 32000, (4, 256), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = cmodel(input_ids=ids, labels=ids, use_cache=True)  # CALL
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    print("trained")
+
+
 JOBS = {
     "gpt2-train": gpt2_train,
     "llama-generate": llama_generate,
     "llama-generate-fixed": llama_generate_fixed,
     "llama-generate-dynamic": llama_generate_dynamic,
     "generate-uncompiled": generate_uncompiled,
+    "vit-batches": vit_batches,
+    "llama-checkpointing": llama_checkpointing,
 }
 
 if __name__ == "__main__":

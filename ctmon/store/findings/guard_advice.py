@@ -145,7 +145,9 @@ def what_changed(g: G.Guard) -> str:
 # that keeps it still: (what the guard's text contains, the fix).
 LIBRARY_GUARDS = (
     (
-        "config.problem_type",
+        # 'self.config.problem_type is None' (torch 2.13), or
+        # "object.__getattribute__(self.config, 'problem_type') is None" (2.11)
+        re.compile(r"config\b\W*(?:,\s*)?'?problem_type"),
         "transformers sets model.config.problem_type on the first call with labels (its classification "
         "loss picks 'regression', 'single_label_classification' or 'multi_label_classification'), so the "
         "second call sees a changed config and recompiles. Set it yourself before compiling, e.g. "
@@ -157,7 +159,7 @@ LIBRARY_GUARDS = (
 
 def library_guard_fix(g: G.Guard) -> str | None:
     for marker, fix in LIBRARY_GUARDS:
-        if marker in g.text or marker in g.name:
+        if marker.search(g.text) or marker.search(g.name):
             return fix
     return None
 
