@@ -119,14 +119,15 @@ class TraceCounts:
     files: int = 0
 
 
-def read_torch_trace(trace_dir: str) -> TraceCounts:
-    """Count events in PyTorch's own TORCH_TRACE logs (what tlparse reads).
+def read_torch_trace(trace_dir: str, pattern: str = "*.log") -> TraceCounts:
+    """Count events in PyTorch's own TORCH_TRACE logs (what tlparse reads);
+    ``pattern`` picks files (one rank's: ``*_rank_1_*.log``).
 
     Each record is a glog-style prefix, then a JSON object on the same line;
     payload lines that follow start with a tab and are skipped here.
     """
     counts = TraceCounts()
-    files = sorted(glob.glob(os.path.join(trace_dir, "*.log")))
+    files = sorted(glob.glob(os.path.join(trace_dir, pattern)))
     counts.files = len(files)
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:

@@ -49,6 +49,7 @@ class Channel:
         self.periodic: Callable[[], list[protocol.Event]] = lambda: []
         self._reported_drops = 0
         self._lock = threading.Lock()  # serialises flushes (sender vs atexit)
+        self.rank: int | None = None  # stamped on every event: this process is that rank
 
     # ---- called on the job's threads: must stay O(1) and never raise ----
 
@@ -141,12 +142,18 @@ class Channel:
                 self._reported_drops = drops
                 events.append({"kind": protocol.DROPS, "t": time.time(), "events": drops})
             if events:
+                rank = self.rank
+                if rank is not None:
+                    for e in events:
+                        e["rank"] = rank
                 self._send(b"".join(protocol.encode(e) for e in events))
                 self.sent_lines += len(events)
 
     def send_now(self, event: protocol.Event) -> None:
         """Synchronous send, for the hello before any user code runs."""
         with self._lock:
+            if self.rank is not None:
+                event["rank"] = self.rank
             self._send(protocol.encode(event))
 
     def _send(self, data: bytes) -> None:

@@ -28,6 +28,8 @@ ENV_SESSION = "CTMON_SESSION"
 class Agent:
     def __init__(self, sock: socket.socket | None) -> None:
         self.channel = Channel(sock)
+        # a rank of a distributed job says so on everything it sends
+        self.channel.rank = own_rank()
         self.anchor_ns = time.perf_counter_ns()
         self.anchor_wall = time.time()
         self.clock = StepClock(self.channel)
@@ -166,7 +168,7 @@ def ring_capacity() -> int:
 
 
 def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
-    rank = os.environ.get("RANK")
+    rank = own_rank()
     ev: protocol.Event = {
         "kind": protocol.PROCESS,
         "t": anchor_wall,
@@ -178,9 +180,17 @@ def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
         "cwd": os.getcwd(),
         "clock": {"perf_ns": anchor_ns, "wall": anchor_wall},
     }
-    if rank is not None and rank.isdigit():
-        ev["rank"] = int(rank)
-        ws = os.environ.get("WORLD_SIZE", "")
-        if ws.isdigit():
-            ev["world_size"] = int(ws)
+    if rank is not None:
+        ev["rank"] = rank
+        for key, var in (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
+            value = os.environ.get(var, "")
+            if value.isdigit():
+                ev[key] = int(value)
+        ev["host"] = protocol.clip(socket.gethostname(), 255)
     return ev
+
+
+def own_rank() -> int | None:
+    """This process's rank, when a launcher started it as one (RANK, WORLD_SIZE)."""
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    return int(rank) if rank.isdigit() and world.isdigit() else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ctmon.launch.spec import JobSpec, UsageError, check_module, check_script, check_torch
+from ctmon.launch.spec import JobSpec, UsageError, check_module, check_script, check_torch, command_path
 
 
 @dataclass
@@ -96,13 +96,29 @@ def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parse
         raise UsageError(f"{prog}: a script or -m MODULE is required (ctmon {prog} [options] SCRIPT [ARGS...])")
     mode, name = target
     cwd = os.getcwd()
+    if mode == "script" and not os.path.isfile(name) and (program := command_path(name)) is not None:
+        mode, name = "command", program  # a launcher: torchrun, accelerate launch, deepspeed, a shell script
+    elif mode == "script" and os.path.isfile(name) and _is_program(name):
+        mode, name = "command", os.path.abspath(name)
     if mode == "script":
         check_script(name)
-    else:
+    elif mode == "module":
         check_module(name, cwd)
     check_torch()
     out.spec = JobSpec(mode=mode, target=name, args=list(rest), cwd=cwd)
     return out
+
+
+def _is_program(path: str) -> bool:
+    """An executable file that is not Python source: ./launch.sh, a built binary."""
+    if path.endswith((".py", ".pyw", ".pyz")) or not os.access(path, os.X_OK):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(128)
+    except OSError:
+        return False
+    return not (head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0])
 
 
 def format_help(usage: str, description: str, options: list[OptionSpec]) -> str:

@@ -54,8 +54,10 @@ class Agent:
 
 
 class Ring:
-    def __init__(self, path: str, ring: StepRing) -> None:
+    def __init__(self, path: str, ring: StepRing, pid: int | None = None, rank: int | None = None) -> None:
         self.path = path
+        self.pid = pid  # the process writing it
+        self.rank = rank  # its rank in a distributed job: its steps say so
         self.reader = RingReader(ring)
         self.decoder = StepDecoder()
         # A program the job exec'd into starts a new ring counting from 0:
@@ -153,14 +155,14 @@ class Intake:
             # reader can read every line of it
             line = line.decode("utf-8", "replace").encode("utf-8")
         if isinstance(ev, E.Process) and ev.step_ring:
-            self._open_ring(ev.step_ring)
+            self._open_ring(ev.step_ring, ev.pid, ev.rank)
         # a kind this version does not know (a newer agent's) is recorded as
         # it came, for a newer viewer to read
         self.write_line(line + b"\n", ev)
 
     # ------------------------------------------------------------ step rings
 
-    def _open_ring(self, path: str) -> None:
+    def _open_ring(self, path: str, pid: int | None = None, rank: int | None = None) -> None:
         # Only rings inside our own private session directory.
         if "\0" in path or len(path) > 4096:
             raise ValueError("step_ring is not a usable path")
@@ -168,10 +170,13 @@ class Intake:
         if os.path.dirname(real) != os.path.realpath(self.session_dir) or any(r.path == real for r in self.rings):
             return
         try:
-            ring = Ring(real, StepRing.open(real))
-            if self.rings:  # only the job writes steps: a second ring is its exec'd successor
+            ring = Ring(real, StepRing.open(real), pid, rank)
+            # a second ring of the same process (same pid, same rank) is the
+            # program it exec'd into: its steps continue the first's
+            before = [r for r in self.rings if r.rank == rank and (r.pid == pid or rank is None)]
+            if before:
                 self.drain_rings()
-                ring.follows_src, ring.offset = self.rings[-1].next_index()
+                ring.follows_src, ring.offset = before[-1].next_index()
             self.rings.append(ring)
         except (OSError, RingError) as e:
             self.emit(
@@ -196,7 +201,7 @@ class Intake:
         now_wall, now_ns = time.time(), time.perf_counter_ns()
         for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
             i0 = ev["i0"] + (r.offset if r.offset and ev["src"] == r.follows_src else 0)
-            self.emit(E.Steps(t=ev["t"], src=ev["src"], i0=i0, ns=ev["ns"]))
+            self.emit(E.Steps(t=ev["t"], src=ev["src"], i0=i0, ns=ev["ns"], rank=r.rank))
         if lost:
             # a lost switch slot is not a lost step
             src = r.reader.source()

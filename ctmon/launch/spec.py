@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ class UsageError(Exception):
 
 @dataclass
 class JobSpec:
-    mode: str  # "script" or "module"
+    mode: str  # "script", "module", or "command" (a launcher: torchrun, accelerate, a shell script)
     target: str
     args: list[str] = field(default_factory=list)
     cwd: str = field(default_factory=os.getcwd)
@@ -35,19 +36,36 @@ class JobSpec:
     def argv(self) -> list[str]:
         """The job's real command line: the agent comes in through PYTHONPATH
         (see ctmon/agent/site), so python itself sets up argv, sys.path,
-        __main__, tracebacks and the exit status."""
+        __main__, tracebacks and the exit status -- in every Python process
+        a launcher starts, too."""
         if self.mode == "module":
             return [self.python, "-m", self.target, *self.args]
+        if self.mode == "command":
+            return [self.target, *self.args]
         return [self.python, self.target, *self.args]
 
     def display(self) -> list[str]:
         if self.mode == "module":
             return ["python", "-m", self.target, *self.args]
+        if self.mode == "command":
+            return [os.path.basename(self.target), *self.args]
         return ["python", self.target, *self.args]
 
     @property
     def name(self) -> str:
-        return self.target if self.mode == "module" else os.path.basename(self.target.rstrip("/"))
+        if self.mode == "module":
+            return self.target
+        return os.path.basename(self.target.rstrip("/"))
+
+
+def command_path(name: str) -> str | None:
+    """The program a launcher's name stands for (torchrun, accelerate, deepspeed,
+    ./run.sh): a Python script stays a script; None when there is no such program."""
+    if name.endswith((".py", ".pyz")) or os.path.isdir(name):
+        return None
+    if os.sep in name:
+        return os.path.abspath(name) if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name)
 
 
 def check_script(path: str) -> None:

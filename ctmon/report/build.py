@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 import ctmon
+from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_reports
 from ctmon.store import Session
 from ctmon.store.compiles import Frame
 from ctmon.store.findings.model import called_from_dict
@@ -64,20 +65,7 @@ def build_report(s: Session) -> dict[str, Any]:
             "compile_steps": marked,
         },
         "generation": _generation(s),
-        "compile": {
-            "compiles": cs.compile_count,
-            "recompiles": cs.recompile_count,
-            "graph_breaks": cs.graph_break_count,
-            "limit_hits": cs.limit_hits,
-            "failures": cs.failures,
-            "frames": len(cs.frames),
-            "backward_compiles": cs.bwd_compiles,
-            "total_time_s": _r(cs.total_time_s + cs.bwd_time_s),
-            "forward_time_s": _r(cs.total_time_s),
-            "backward_time_s": _r(cs.bwd_time_s),
-            "recompile_limit": cs.recompile_limit,
-            "torch_compile_calls": cs.call_count,
-        },
+        "compile": job_totals(s, compile_counts),
         "compile_calls": [_fields(c) for c in cs.calls[:20]],
         "frames": [_frame(f) for f in cs.frames_sorted()],
         "graph_breaks": [
@@ -95,15 +83,13 @@ def build_report(s: Session) -> dict[str, Any]:
             for b in cs.breaks_sorted()
         ],
         "cache": {
-            **{name: c.as_dict() for name, c in sorted(cs.cache.items())},
-            "autotune": {"kernels": cs.autotune_kernels, "cached": cs.autotune_cached},
-            "bypass_reasons": [{"reason": r, "count": n} for r, n in cs.bypass_reasons.most_common()],
-            "time_saved_s": _r(cs.time_saved_s),
+            **job_totals(s, cache_counts),
             "cache_dir": s.meta.cache_dir,
             "entries_at_start": s.meta.cache_entries or None,
         },
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "findings": [f.as_dict() for f in s.findings()],
+        "ranks": rank_reports(s),
         "drops": dict(s.drops),
         "notes": [{"level": n.level, "source": n.source, "message": n.message} for n in s.notes],
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctmon.locations import where
-from ctmon.report.text import exit_text, fmt_ms, fmt_s, generation_text
+from ctmon.report.text import exit_text, fmt_ms, fmt_s, generation_text, rank_lines
 from ctmon.textsafe import clean, clean_tree
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -44,7 +44,12 @@ def markdown(r: dict[str, Any]) -> str:
         ("FX graph cache", f"{fx.get('hit', 0)} hit, {fx.get('miss', 0)} miss, {fx.get('bypass', 0)} bypass"),
         ("AOTAutograd cache", f"{aot.get('hit', 0)} hit, {aot.get('miss', 0)} miss, {aot.get('bypass', 0)} bypass"),
     ]
+    if r.get("ranks"):
+        rows.insert(0, ("Ranks", f"{len(r['ranks'])}; compiles and caches summed over them"))
     out += ["| | |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
+    if r.get("ranks"):
+        out += ["<details><summary>Ranks</summary>", ""] + [f"- {_cell(x)}" for x in rank_lines(r["ranks"])]
+        out += ["</details>", ""]
     findings = [f for f in r.get("findings") or [] if f.get("severity") in ("critical", "warning")]
     infos = [f for f in r.get("findings") or [] if f.get("severity") == "info"]
     if findings:

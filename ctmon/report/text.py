@@ -180,6 +180,12 @@ def full_text(r: dict[str, Any]) -> str:
             add(_wrap(generation_text(r["generation"]), "  ", "    "))
     else:
         add("  no step boundaries seen (no optimizer.step(), no compiled model calls, no ctmon.step())")
+    ranks = r.get("ranks") or []
+    if ranks:
+        add("")
+        add(f"Ranks ({len(ranks)}; totals below are their sums, the other sections show rank {_primary(ranks)})")
+        for line in rank_lines(ranks):
+            add(f"  {line}")
     c = r["compile"]
     add("")
     add("Compilation")
@@ -231,3 +237,28 @@ def full_text(r: dict[str, Any]) -> str:
         add("")
         add(f"Dropped: {drops.get('steps', 0)} step boundaries, {drops.get('events', 0)} events")
     return clean("\n".join(out) + "\n")
+
+
+def _primary(ranks: list[dict[str, Any]]) -> str:
+    return next((str(x["rank"]) for x in ranks if x.get("primary")), "?")
+
+
+def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
+    """One line per rank, the slowest (by median step) marked."""
+    p50s = {x["rank"]: x["steps"].get("p50_ms") for x in ranks if x["steps"].get("p50_ms") is not None}
+    slowest = max(p50s, key=lambda k: p50s[k]) if len(p50s) > 1 else None
+    if slowest is not None and p50s[slowest] <= 1.1 * min(p50s.values()):
+        slowest = None  # within 10 % of the fastest: none stands out
+    out = []
+    for x in ranks:
+        st, c = x["steps"], x["compile"]
+        fx = (x.get("cache") or {}).get("fx_graph") or {}
+        steps = f"{st['count']} steps" + (f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else "")
+        out.append(
+            f"rank {x['rank']}"
+            + (f" ({x['host']}, pid {x['pid']})" if x.get("host") else f" (pid {x['pid']})")
+            + f": {steps}; {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} breaks; "
+            f"FX cache {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss"
+            + ("  ← slowest" if x["rank"] == slowest else "")
+        )
+    return out

@@ -207,7 +207,11 @@ class CompileState:
         frame = self.frames.get(fid)
         if frame is None:
             self.frames[fid] = self._new_frame(fid, ev)
-        elif frame.called_from is None and ev.called_from is not None:
+        elif (
+            frame.called_from is None
+            and ev.called_from is not None
+            and (ev.called_from.file, ev.called_from.line) != (frame.loc.file, frame.loc.line)
+        ):
             frame.called_from = ev.called_from
 
     def _new_frame(self, fid: Any, start: E.CompileStart | None, metrics: E.Compile | None = None) -> Frame:
@@ -229,6 +233,8 @@ class CompileState:
             u = start.user
             loc = Location(nonempty(u.file), u.line, module or code.name)
         called = start.called_from if start is not None else None
+        if called is not None and (called.file, called.line) == (loc.file, loc.line):
+            called = None  # the place shown is the user's own line already
         return Frame(frame_id=fid, loc=loc, code=code, module=module, called_from=called)
 
     def on_reasons(self, ev: E.RecompileReasons) -> None:

@@ -23,6 +23,7 @@ from typing import Any, cast
 from ctmon.store.compiles import CompileState
 from ctmon.store.generation import GenerationState
 from ctmon.store.output import OutputBuffer
+from ctmon.store.ranks import RankState, is_primary
 from ctmon.store.steps import StepClock
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
@@ -108,6 +109,10 @@ class Session:
         self.newer_protocol = False
         self._session_seen = False
         self.rev: Counter[str] = Counter()
+        # a distributed job's ranks, each with its own store (ctmon/store/ranks.py)
+        self.ranks: dict[int, RankState] = {}
+        self.primary_rank: int | None = None
+        self.routes_ranks = True  # False in a rank's own store: it takes its events as they come
         self._findings: list[Any] = []
         self._findings_key: Any = None
         self._handlers: dict[type[E.Event], Callable[[Any], None]] = {
@@ -146,6 +151,9 @@ class Session:
             if typed is None:
                 return
             ev = typed
+        rank = getattr(ev, "rank", None)
+        if rank is not None and self.routes_ranks and self._to_rank(cast(E.Ranked, ev), rank):
+            return
         handler = self._handlers.get(type(ev))  # type: ignore[arg-type]
         if handler is None:
             self.unknown[str(getattr(ev, "kind", None))[:40]] += 1
@@ -161,6 +169,32 @@ class Session:
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             # typed, yet out of range (an int too large for a float, ...)
             self.bad_events += 1
+
+    def _to_rank(self, ev: E.Ranked, rank: int) -> bool:
+        """Fold a rank's event into that rank's store; True when the job's own
+        session is to leave it there (it is not the primary rank's)."""
+        if type(ev) is E.Process:
+            rs = self.ranks.get(rank)
+            if rs is None:
+                child = Session()
+                child.routes_ranks = False
+                rs = self.ranks[rank] = RankState(rank, child)
+            rs.declare(ev)
+            if self.primary_rank is None and is_primary(ev):
+                self.primary_rank = rank
+            self.rev["ranks"] += 1
+        else:
+            rs = self.ranks.get(rank)
+            if rs is None:
+                return False  # no process declared that rank: the job's own event
+        rs.session.apply(ev)
+        if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
+            rs.last_t = ev.t
+        if rank != self.primary_rank:
+            self.rev["ranks"] += 1
+            return True
+        # the primary rank's hello names the job only where no launcher did
+        return type(ev) is E.Process and self.meta.pid is not None
 
     def _typed(self, obj: dict[str, Any]) -> E.Event | None:
         kind = obj.get("kind")
@@ -189,6 +223,16 @@ class Session:
         outs: list[E.Output] = []
         for ev in events:
             kind = type(ev)
+            if self.routes_ranks and (self.ranks or (kind is E.Process and getattr(ev, "rank", None) is not None)):
+                # a distributed job: each event to its rank's store, one by one
+                if outs:
+                    self._fold_output(outs)
+                    outs = []
+                if run:
+                    self._fold_steps(run)
+                    run = []
+                apply(ev)
+                continue
             if kind is steps_kind:
                 self.events += 1  # counted in stream order, folded with its run
                 run.append(ev)  # type: ignore[arg-type]

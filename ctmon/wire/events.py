@@ -44,6 +44,15 @@ class Event(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=True, 
     t: Finite = 0.0
 
 
+class Ranked(Event):
+    """Kinds a process of the job sends (and its step batches): ``rank`` says
+    which rank of a distributed job, null outside one. A rank's agent stamps
+    every event it sends; PyTorch's own trace records carry it too once the
+    process group is up."""
+
+    rank: int | None = None
+
+
 # ------------------------------------------------------------------ the run
 
 
@@ -68,7 +77,7 @@ class Clock(msgspec.Struct, gc=False):
     wall: Finite
 
 
-class Process(Event, tag="process"):
+class Process(Ranked, tag="process"):
     """An agent's hello, sent before any user code runs."""
 
     pid: int | None = None
@@ -80,11 +89,12 @@ class Process(Event, tag="process"):
     clock: Clock | None = None
     step_ring: str | None = None
     step_ring_error: str | None = None
-    rank: int | None = None
+    local_rank: int | None = None
     world_size: int | None = None
+    host: str | None = None  # a rank's host (the supervisor's, for a job on one node)
 
 
-class Torch(Event, tag="torch"):
+class Torch(Ranked, tag="torch"):
     torch: str | None = None
     cuda: str | None = None
     hip: str | None = None
@@ -102,7 +112,7 @@ class CudaDevice(msgspec.Struct, omit_defaults=True, gc=False):
     sms: int | None = None
 
 
-class Devices(Event, tag="devices"):
+class Devices(Ranked, tag="devices"):
     cuda: list[CudaDevice] = []
     current: int | None = None
     visible: str | None = None
@@ -123,7 +133,7 @@ class StackFrame(msgspec.Struct, omit_defaults=True, gc=False):
     code: str | None = None
 
 
-class CompileCall(Event, tag="compile_call"):
+class CompileCall(Ranked, tag="compile_call"):
     """The job called ``torch.compile``: on what, from where, how."""
 
     target: str | None = None  # the model's class or the function's name
@@ -136,10 +146,9 @@ class CompileCall(Event, tag="compile_call"):
     fullgraph: bool | None = None
     dynamo_disabled: bool | None = None  # torch._dynamo.config.disable (TORCHDYNAMO_DISABLE=1)
     called_from: StackFrame | None = None  # called by a library: the user's own line that led there
-    rank: int | None = None
 
 
-class CompileStart(Event, tag="compile_start"):
+class CompileStart(Ranked, tag="compile_start"):
     """Dynamo starts compiling a frame (PyTorch's ``dynamo_start``)."""
 
     compile_id: str | None = None
@@ -155,10 +164,9 @@ class CompileStart(Event, tag="compile_start"):
     module_line: int | None = None
     module_user: bool | None = None
     recompile_limit: int | None = None
-    rank: int | None = None
 
 
-class Compile(Event, tag="compile"):
+class Compile(Ranked, tag="compile"):
     """A frame compile attempt finished (PyTorch's ``compilation_metrics``)."""
 
     compile_id: str | None = None
@@ -203,10 +211,9 @@ class Compile(Event, tag="compile"):
     param_numel: int | None = None
     guard_latency_us: Finite | None = None
     recompile_limit: int | None = None
-    rank: int | None = None
 
 
-class BwdCompile(Event, tag="bwd_compile"):
+class BwdCompile(Ranked, tag="bwd_compile"):
     compile_id: str | None = None
     frame_id: int | None = None
     duration_us: Finite | None = None
@@ -219,17 +226,15 @@ class BwdCompile(Event, tag="bwd_compile"):
     inductor_fx_local_cache_miss_count: int | None = None
     structured_logging_overhead_s: Finite | None = None
     start_time: Finite | None = None
-    rank: int | None = None
 
 
-class RecompileReasons(Event, tag="recompile_reasons"):
+class RecompileReasons(Ranked, tag="recompile_reasons"):
     compile_id: str | None = None
     frame_id: int | None = None
     reasons: list[str] = []
-    rank: int | None = None
 
 
-class GraphBreak(Event, tag="graph_break"):
+class GraphBreak(Ranked, tag="graph_break"):
     compile_id: str | None = None
     frame_id: int | None = None
     file: str | None = None
@@ -242,10 +247,9 @@ class GraphBreak(Event, tag="graph_break"):
     called_from: StackFrame | None = None  # the user's own line into a library's break
     url: str | None = None
     gb_id: str | None = None
-    rank: int | None = None
 
 
-class CacheResult(Event, tag="cache"):
+class CacheResult(Ranked, tag="cache"):
     compile_id: str | None = None
     frame_id: int | None = None
     cache: str | None = None  # fx_graph | aot_autograd
@@ -254,18 +258,16 @@ class CacheResult(Event, tag="cache"):
     detail: str | None = None
     reason: str | None = None
     time_saved_s: Finite | None = None
-    rank: int | None = None
 
 
-class Autotune(Event, tag="autotune"):
+class Autotune(Ranked, tag="autotune"):
     compile_id: str | None = None
     frame_id: int | None = None
     # PyTorch's per-kernel dict, as it reports it (keys vary by version)
     kernels: list[dict[str, Any]] = []
-    rank: int | None = None
 
 
-class Cudagraph(Event, tag="cudagraph"):
+class Cudagraph(Ranked, tag="cudagraph"):
     event: str | None = None
     reason: str | None = None
     message: str | None = None
@@ -274,7 +276,7 @@ class Cudagraph(Event, tag="cudagraph"):
 # ------------------------------------------------------------------- steps
 
 
-class Steps(Event, tag="steps", omit_defaults=False):
+class Steps(Ranked, tag="steps", omit_defaults=False):
     """A batch of step boundaries from the step ring (the supervisor)."""
 
     src: str = ""
@@ -282,14 +284,14 @@ class Steps(Event, tag="steps", omit_defaults=False):
     ns: list[Nanos] = []
 
 
-class DeviceTime(Event, tag="device_time", omit_defaults=False):
+class DeviceTime(Ranked, tag="device_time", omit_defaults=False):
     src: str = ""
     i0: int = 0
     i1: int = 0
     ms: Finite = 0.0
 
 
-class Generation(Event, tag="generation"):
+class Generation(Ranked, tag="generation"):
     """One ``generate()`` call whose forward was compiled (ctmon/agent/generation.py).
 
     ``i0`` .. ``i1``: the step indices (in source ``src``) of its decode calls,
@@ -305,7 +307,7 @@ class Generation(Event, tag="generation"):
     ms: Finite | None = None
 
 
-class LibraryLog(Event, tag="library_log"):
+class LibraryLog(Ranked, tag="library_log"):
     """A warning a library logged (transformers), once per distinct message
     and line: ``file``:``line`` is the line that called the logger."""
 
@@ -316,7 +318,7 @@ class LibraryLog(Event, tag="library_log"):
     line: int | None = None
 
 
-class Drops(Event, tag="drops", omit_defaults=False):
+class Drops(Ranked, tag="drops", omit_defaults=False):
     steps: int | None = None
     events: int | None = None
 
@@ -324,7 +326,7 @@ class Drops(Event, tag="drops", omit_defaults=False):
 # ----------------------------------------------------- messages and system
 
 
-class Note(Event, tag="note", omit_defaults=False):
+class Note(Ranked, tag="note", omit_defaults=False):
     level: str = "info"
     source: str | None = None
     message: str = ""

@@ -14,6 +14,7 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ENV_SOCKET = "CTMON_AGENT_SOCKET"
 ENV_PID = "CTMON_AGENT_PID"
+ENV_RANK = "CTMON_AGENT_RANK"
 
 
 def monitored() -> bool:
@@ -21,17 +22,30 @@ def monitored() -> bool:
 
     The first process started with the socket set claims the job by writing
     its pid into the environment; its children inherit the claim and stay
-    quiet. A process that exec'd into another Python program keeps its pid,
-    so it is monitored again and its events after the exec are followed.
+    quiet (DataLoader workers, compile workers, subprocesses) -- except a
+    worker a launcher started for a rank of its own (torchrun, accelerate,
+    deepspeed set RANK and WORLD_SIZE for each), which claims that rank the
+    same way, so its own children stay quiet in turn. A process that exec'd
+    into another Python program keeps its pid, so it is monitored again and
+    its events after the exec are followed.
     """
     if not os.environ.get(ENV_SOCKET):
         return False
     pid = str(os.getpid())
     owner = os.environ.get(ENV_PID)
-    if owner and owner != pid:
+    rank = launched_rank()
+    if owner and owner != pid and (rank is None or os.environ.get(ENV_RANK) == rank):
         return False
     os.environ[ENV_PID] = pid
+    if rank is not None:
+        os.environ[ENV_RANK] = rank
     return True
+
+
+def launched_rank() -> "str | None":
+    """The rank a distributed launcher gave this process, if it gave one."""
+    rank = os.environ.get("RANK", "")
+    return rank if rank.isdigit() and os.environ.get("WORLD_SIZE", "").isdigit() else None
 
 
 def _drop_own_dir() -> None:

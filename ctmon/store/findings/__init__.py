@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks, caches, cascades, compile_failures, perf, recompiles, silent
+from ctmon.store.findings import breaks, caches, cascades, compile_failures, perf, ranks, recompiles, silent
 from ctmon.store.findings.guard_advice import name_users_tensor
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events import StackFrame
@@ -35,7 +35,14 @@ if TYPE_CHECKING:
 __all__ = ["SEVERITIES", "Finding", "analyze"]
 
 _RULES = (
-    recompiles.RULES + compile_failures.RULES + cascades.RULES + breaks.RULES + caches.RULES + perf.RULES + silent.RULES
+    recompiles.RULES
+    + compile_failures.RULES
+    + cascades.RULES
+    + breaks.RULES
+    + caches.RULES
+    + perf.RULES
+    + silent.RULES
+    + ranks.RULES
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctmon.store.findings import guards as G
 from ctmon.store.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
@@ -198,6 +198,30 @@ def rule_spikes(s: Session) -> list[Finding]:
                 rank=RANK_SPIKES + len(by_compile) if after_warmup else len(by_compile),
             )
         )
+    waited = _waited_for_ranks(s, series.times, other)
+    if waited:
+        other = [(k, v) for k, v in other if k not in waited]
+        evidence = [
+            f"step {k}: {v:.1f} ms (rank {r} compiled {c.compile_id} {c.time_s:.2f} s)"
+            for k, v in sorted(((k, v) for k, v in spikes if k in waited), key=lambda x: -x[1])[:8]
+            for r, c in waited[k][:1]
+        ]
+        out.append(
+            Finding(
+                id="spikes:other-rank",
+                rule="step-spikes",
+                severity="warning",
+                title=f"{len(waited)} slow step(s) waited for another rank's compile (p50 {p50:.1f} ms)",
+                detail=(
+                    "This rank compiled nothing during these steps; another rank did, and this one waited for it "
+                    "in the next collective. Every rank pays for a compile any one of them makes."
+                ),
+                evidence=evidence,
+                fix="Make the ranks compile alike (see the rank-divergence finding), or warm every shape up on "
+                "every rank before the loop.",
+                rank=RANK_SPIKES + len(waited),
+            )
+        )
     if other:
         out.append(
             Finding(
@@ -214,6 +238,22 @@ def rule_spikes(s: Session) -> list[Finding]:
                 rank=len(other) / 10,
             )
         )
+    return out
+
+
+def _waited_for_ranks(
+    s: Session, times: Any, spikes: list[tuple[int, float]]
+) -> dict[int, list[tuple[int, CompileRecord]]]:
+    """Slow steps of the job's own rank during which another rank compiled."""
+    if not spikes or len(s.ranks) < 2:
+        return {}
+    theirs = [(r, c) for r, rs in sorted(s.ranks.items()) if r != s.primary_rank for c in rs.session.compile.compiles]
+    out: dict[int, list[tuple[int, CompileRecord]]] = {}
+    for k, _ in spikes:
+        lo, hi = times[k - 1], times[k]
+        inside = [(r, c) for r, c in theirs if c.span[0] < hi and c.span[1] > lo]
+        if inside:
+            out[k] = inside
     return out
 
 

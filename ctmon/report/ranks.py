@@ -1,0 +1,124 @@
+"""A distributed job in the report: one object per rank, and job totals.
+
+The job's session shows one rank in full (ctmon/store/ranks.py); its
+``compile`` and ``cache`` counts are made job-wide here: the sum over every
+rank's own store, plus what processes that are no rank (the launcher) did.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ctmon.store import Session
+from ctmon.store.compiles import CompileState
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def compile_counts(cs: CompileState) -> dict[str, Any]:
+    return {
+        "compiles": cs.compile_count,
+        "recompiles": cs.recompile_count,
+        "graph_breaks": cs.graph_break_count,
+        "limit_hits": cs.limit_hits,
+        "failures": cs.failures,
+        "frames": len(cs.frames),
+        "backward_compiles": cs.bwd_compiles,
+        "total_time_s": cs.total_time_s + cs.bwd_time_s,
+        "forward_time_s": cs.total_time_s,
+        "backward_time_s": cs.bwd_time_s,
+        "recompile_limit": cs.recompile_limit,
+        "torch_compile_calls": cs.call_count,
+    }
+
+
+def cache_counts(cs: CompileState) -> dict[str, Any]:
+    return {
+        **{name: c.as_dict() for name, c in sorted(cs.cache.items())},
+        "autotune": {"kernels": cs.autotune_kernels, "cached": cs.autotune_cached},
+        "bypass_reasons": Counter(cs.bypass_reasons),
+        "time_saved_s": cs.time_saved_s,
+    }
+
+
+# not sums: a setting, and a count of distinct things
+_KEEP = {"recompile_limit", "frames"}
+
+
+def job_totals(s: Session, counts: Any) -> dict[str, Any]:
+    """``counts`` of the job: its session's, with every other rank's added."""
+    total = counts(s.compile)
+    others = [rs.session for r, rs in sorted(s.ranks.items()) if r != s.primary_rank]
+    for other in others:
+        _add(total, counts(other.compile))
+    if "frames" in total and s.ranks:
+        keys = {(f.code.file, f.code.line, f.code.name) for f in s.compile.frames.values()}
+        for other in others:
+            keys |= {(f.code.file, f.code.line, f.code.name) for f in other.compile.frames.values()}
+        total["frames"] = len(keys)
+    return _finish(total)
+
+
+def _add(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for k, v in more.items():
+        if k in _KEEP:
+            if into.get(k) is None:
+                into[k] = v
+        elif isinstance(v, Counter):  # before dict: a Counter is one
+            into[k] = into.get(k, Counter()) + v
+        elif isinstance(v, dict):
+            _add(into.setdefault(k, {}), v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            into[k] = (into.get(k) or 0) + v
+
+
+def _finish(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Counter):
+            out[k] = [{"reason": r, "count": n} for r, n in v.most_common()]
+        elif isinstance(v, dict):
+            out[k] = _finish(v)
+        elif isinstance(v, float):
+            out[k] = _r(v)
+        else:
+            out[k] = v
+    return out
+
+
+def rank_reports(s: Session) -> list[dict[str, Any]]:
+    out = []
+    for r, rs in sorted(s.ranks.items()):
+        cs = rs.session.compile
+        series = rs.session.steps.current
+        st = series.stats() if series is not None else None
+        out.append(
+            {
+                "rank": r,
+                "local_rank": rs.local_rank,
+                "world_size": rs.world_size,
+                "host": rs.host,
+                "pid": rs.pid,
+                "primary": r == s.primary_rank,
+                "exit_code": None,  # a rank is the launcher's child: its exit code is the launcher's to see
+                "steps": {
+                    "count": st.count if st else 0,
+                    "source": rs.session.steps.source,
+                    "p50_ms": _r(st.p50_ms if st else None, 4),
+                    "p90_ms": _r(st.p90_ms if st else None, 4),
+                },
+                "compile": {
+                    "compiles": cs.compile_count,
+                    "recompiles": cs.recompile_count,
+                    "graph_breaks": cs.graph_break_count,
+                    "limit_hits": cs.limit_hits,
+                    "failures": cs.failures,
+                    "time_s": _r(cs.total_time_s + cs.bwd_time_s),
+                },
+                "cache": {name: c.as_dict() for name, c in sorted(cs.cache.items())},
+            }
+        )
+    return out

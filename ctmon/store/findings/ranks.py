@@ -1,0 +1,158 @@
+"""Ranks that compiled differently: the classic hang of a distributed job.
+
+Every rank of a data-parallel job runs the same program on its own shard, and
+every collective (DDP's gradient all-reduce, FSDP's gathers) waits for all of
+them. A rank that recompiles where the others do not -- a short last batch,
+a sequence length only its shard has -- stops for the whole compile while the
+others sit in the next collective; one whose graph differs may issue other
+collectives and never meet them; one that misses a compile cache the others
+hit compiles for minutes alone. NCCL's watchdog then kills the job (10
+minutes by default) with a timeout that names no cause. Each rank's store
+(ctmon/store/ranks.py) is compared frame by frame, and the caches rank by
+rank.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from ctmon.store.findings.model import RANK_LIMIT, Finding
+
+if TYPE_CHECKING:
+    from ctmon.store.compiles import Frame
+    from ctmon.store.ranks import RankState
+    from ctmon.store.session import Session
+
+FrameKey = tuple[str | None, int | None, str | None]
+
+WHY = (
+    "Every collective (DDP's gradient all-reduce, FSDP's gathers) waits for all ranks: a rank that compiles "
+    "where the others do not stops for that compile while they wait, and a graph that differs may issue "
+    "different collectives. Past the process group's timeout (NCCL's watchdog: 10 minutes by default) the job "
+    "is killed with a timeout that names no cause."
+)
+FIX = (
+    "Give every rank the same shapes and the same compiled code: the same batch size everywhere "
+    "(DistributedSampler and DataLoader with drop_last=True, so no rank gets a short last batch), sequence "
+    "lengths padded to the same few buckets on every rank, the same dims marked dynamic on every rank "
+    "(torch._dynamo.mark_dynamic, or torch.compile(..., dynamic=True)), and one warm compile cache shared "
+    "by all ranks (TORCHINDUCTOR_CACHE_DIR on a shared path, or torch.compiler.save_cache_artifacts / "
+    "load_cache_artifacts)."
+)
+
+
+def _key(f: Frame) -> FrameKey:
+    return (f.code.file, f.code.line, f.code.name)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    shown = ", ".join(str(r) for r in ranks[:12]) + (f" and {len(ranks) - 12} more" if len(ranks) > 12 else "")
+    return f"rank{'s' if len(ranks) != 1 else ''} {shown}"
+
+
+def _step_at(rs: RankState, t: float) -> int | None:
+    series = rs.session.steps.current
+    if series is None or not len(series):
+        return None
+    return bisect_right(series.times, t)
+
+
+def rule_compile_divergence(s: Session) -> list[Finding]:
+    if len(s.ranks) < 2:
+        return []
+    frames: dict[FrameKey, dict[int, Frame]] = defaultdict(dict)
+    for r, rs in s.ranks.items():
+        for f in rs.session.compile.frames.values():
+            frames[_key(f)][r] = f
+    out = []
+    for by_rank in frames.values():
+        counts = {r: len(by_rank[r].compiles) if r in by_rank else 0 for r in s.ranks}
+        if len(set(counts.values())) < 2:
+            continue
+        groups: dict[int, list[int]] = defaultdict(list)
+        for r, n in counts.items():
+            groups[n].append(r)
+        fewest = min(counts.values())
+        most = max(counts, key=lambda r: (counts[r], -r))
+        top = by_rank[most]
+        parts = "; ".join(f"{n}× on {_ranks_text(rs)}" for n, rs in sorted(groups.items(), reverse=True))
+        evidence = []
+        for r in sorted(counts, key=lambda r: (-counts[r], r))[:8]:
+            mine = by_rank.get(r)
+            if mine is None:
+                evidence.append(f"rank {r}: never compiled this frame")
+                continue
+            extra = mine.compiles[fewest:]
+            said = []
+            for c in extra[:3]:
+                step = _step_at(s.ranks[r], c.span[0])
+                why = (c.recompile_reason or ("first compile" if c is mine.compiles[0] else "")).strip().splitlines()
+                said.append(
+                    f"{c.compile_id}{f' at step {step}' if step is not None else ''}: {(why or ['?'])[0][:160]}"
+                )
+            evidence.append(
+                f"rank {r}: {counts[r]} compile(s), {mine.recompiles} recompile(s)"
+                + (f" — {'; '.join(said)}" if said else "")
+            )
+        out.append(
+            Finding(
+                id=f"rank-divergence:{top.title}",
+                rule="rank-divergence",
+                severity="critical",
+                title=f"Ranks compiled {top.title} differently: {parts}",
+                file=top.loc.file,
+                line=top.loc.line,
+                detail=WHY,
+                evidence=evidence,
+                fix=FIX,
+                rank=RANK_LIMIT + 50 + max(counts.values()) - fewest,
+                called_from=top.called_from,
+            )
+        )
+    return out
+
+
+def rule_cache_divergence(s: Session) -> list[Finding]:
+    """A compile cache hit on some ranks and missed on others: those compile alone."""
+    if len(s.ranks) < 2:
+        return []
+    out = []
+    for cache in ("fx_graph", "aot_autograd"):
+        hit, missed = [], []
+        for r, rs in s.ranks.items():
+            c = rs.session.compile.cache.get(cache)
+            if c is None:
+                continue
+            if c.miss:
+                missed.append(r)
+            elif c.hit:
+                hit.append(r)
+        if not hit or not missed:
+            continue
+        name = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}[cache]
+        out.append(
+            Finding(
+                id=f"rank-divergence:cache:{cache}",
+                rule="rank-divergence",
+                severity="critical",
+                title=f"{name} cache hit on {_ranks_text(hit)} and missed on {_ranks_text(missed)}",
+                detail=(
+                    "The ranks that missed compile from scratch while the others, served from the cache, wait for "
+                    "them in the first collective. " + WHY
+                ),
+                evidence=[
+                    f"rank {r}: {rs.session.compile.cache[cache].hit} hit / {rs.session.compile.cache[cache].miss} miss"
+                    for r, rs in sorted(s.ranks.items())
+                    if cache in rs.session.compile.cache
+                ][:8],
+                fix=FIX,
+                rank=RANK_LIMIT + 40,
+            )
+        )
+    return out
+
+
+RULES = (rule_compile_divergence, rule_cache_divergence)

@@ -1,0 +1,54 @@
+"""The ranks of a distributed job: one store each, beside the job's own.
+
+Every process a launcher started as a rank (torchrun, accelerate, deepspeed)
+runs the agent and says which rank it is on everything it sends. Each rank's
+events fold into a ``Session`` of its own -- its frames, compiles, breaks,
+caches and steps, exactly as if it had been the only process -- so per-rank
+figures equal that rank's own ``TORCH_TRACE`` file, and ranks can be compared
+frame by frame.
+
+The job's session (the one the views and reports read) folds the events of
+one rank in full, the *primary* rank -- the first that declares local rank 0,
+rank 0 on one node -- plus the events of processes that are no rank (the
+launcher). Job-wide totals are sums over the ranks (ctmon/report/build.py).
+A rank is known from its ``process`` event; an event naming a rank no process
+declared (PyTorch's trace says rank 0 in a one-process group) is the job's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ctmon.wire import events as E
+
+if TYPE_CHECKING:
+    from ctmon.store.session import Session
+
+
+@dataclass
+class RankState:
+    rank: int
+    session: Session
+    local_rank: int | None = None
+    world_size: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    first_t: float | None = None  # its hello
+    last_t: float | None = None  # the last event it sent
+
+    def declare(self, ev: E.Process) -> None:
+        """Its hello (again, after an exec: the same rank, maybe a new program)."""
+        self.local_rank = ev.local_rank if ev.local_rank is not None else self.local_rank
+        self.world_size = ev.world_size if ev.world_size is not None else self.world_size
+        self.host = ev.host or self.host
+        self.pid = ev.pid if ev.pid is not None else self.pid
+        if self.first_t is None and ev.t > 0:
+            self.first_t = ev.t
+
+
+def is_primary(ev: E.Process) -> bool:
+    """The rank whose view the job's own session shows: local rank 0."""
+    if ev.local_rank is not None:
+        return ev.local_rank == 0
+    return ev.rank == 0

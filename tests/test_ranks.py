@@ -1,0 +1,184 @@
+"""A job of many ranks: every rank seen, counted on its own, compared.
+
+End to end, ``ctmon record -m torch.distributed.run --nproc_per_node 2`` of a
+data-parallel training (gloo on the CPU, the model compiled on every rank,
+DataLoader workers on every rank): each rank's counts equal that rank's own
+TORCH_TRACE file and the job's totals their sum; the launcher and the
+DataLoader workers are not ranks; a recompile on rank 1 alone is a critical
+finding naming it. The store's routing is also driven directly with events
+of two ranks whose compile ids collide, as real ranks' do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import types
+
+import pytest
+from helpers import read_torch_trace, record, workload
+
+from ctmon.store import Session
+from ctmon.wire.recording import read_recording
+
+SCRIPT = workload("ddp_ranks.py")
+COMPILE_KEYS = ("compiles", "recompiles", "graph_breaks", "limit_hits")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ranks")
+    launcher = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    run = record(base, [*launcher, "--master_port", str(free_port()), SCRIPT, "--diverge"], options=["-q"], timeout=240)
+    assert run.returncode == 0, run.proc.stderr[-3000:]
+    return types.SimpleNamespace(run=run, rep=run.report())
+
+
+def test_every_rank_counts_what_its_own_trace_file_says(job):
+    ranks = job.rep["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        trace = read_torch_trace(job.run.trace_dir, f"*_rank_{r['rank']}_*.log")
+        assert trace.files == 1 and trace.compiles >= 1
+        got = r["compile"]
+        assert (got["compiles"], got["recompiles"], got["graph_breaks"], got["limit_hits"]) == (
+            trace.compiles,
+            trace.recompiles,
+            trace.graph_breaks,
+            trace.limit_hits,
+        ), (r, trace)
+        assert r["cache"]["fx_graph"] == {"hit": trace.fx_hit, "miss": trace.fx_miss, "bypass": trace.fx_bypass}
+        assert r["world_size"] == 2 and r["local_rank"] == r["rank"] and r["host"] == socket.gethostname()
+        assert r["steps"]["count"] == 6 and r["steps"]["source"] == "optimizer"
+    # the job's totals are the ranks' sums, and equal every trace file together
+    total = read_torch_trace(job.run.trace_dir)
+    assert job.rep["compile"]["compiles"] == total.compiles == sum(r["compile"]["compiles"] for r in ranks)
+    assert job.rep["compile"]["recompiles"] == total.recompiles == 1
+    assert (ranks[0]["compile"]["recompiles"], ranks[1]["compile"]["recompiles"]) == (0, 1)
+    assert job.rep["exit_code"] == 0  # the launcher's
+
+
+def test_the_launcher_and_dataloader_workers_are_not_ranks(job):
+    ranks = job.rep["ranks"]
+    pids = {r["pid"] for r in ranks}
+    assert len(pids) == 2 and job.rep["pid"] not in pids  # the job's pid is the launcher's
+    assert ranks[0]["primary"] and not ranks[1]["primary"]
+    # one hello per process that ran the agent: the launcher and the two ranks,
+    # not the DataLoader worker of each rank
+    hellos = [ev for ev in read_recording(job.run.recording) if type(ev).__name__ == "Process"]
+    assert len(hellos) == 3, hellos
+    assert sorted(h.rank for h in hellos if h.rank is not None) == [0, 1]
+
+
+def test_a_recompile_on_one_rank_is_a_critical_finding_naming_it(job):
+    (f,) = [f for f in job.rep["findings"] if f["rule"] == "rank-divergence"]
+    assert f["severity"] == "critical" and job.rep["findings"][0] == f
+    assert f["title"] == "Ranks compiled Sequential differently: 2× on rank 1; 1× on rank 0"
+    assert f["file"] == SCRIPT
+    assert f["evidence"][0].startswith("rank 1: 2 compile(s), 1 recompile(s) — 0/1 at step 3: ")
+    assert "expected 8, actual 5" in f["evidence"][0]
+    assert f["evidence"][1] == "rank 0: 1 compile(s), 0 recompile(s)"
+    assert "drop_last=True" in f["fix"] and "collective" in f["detail"]
+
+
+# ------------------------------------------------------------ the store, directly
+
+
+def _hello(rank: int, local: int, pid: int) -> dict:
+    return {"kind": "process", "t": 1.0, "pid": pid, "rank": rank, "local_rank": local, "world_size": 2, "host": "h"}
+
+
+def _compile(rank: int | None, cid: str, reason: str | None = None, t: float = 2.0) -> list[dict]:
+    start = {"kind": "compile_start", "t": t, "compile_id": cid, "frame_id": 0, "name": "f", "file": "/t.py", "line": 3}
+    end = {
+        "kind": "compile",
+        "t": t + 0.1,
+        "compile_id": cid,
+        "frame_id": 0,
+        "co_name": "f",
+        "co_filename": "/t.py",
+        "co_firstlineno": 3,
+        "entire_frame_compile_time_s": 0.1,
+        "has_guarded_code": True,
+    }
+    if reason:
+        end["recompile_reason"] = reason
+    if rank is not None:
+        start["rank"] = end["rank"] = rank
+    return [start, end]
+
+
+def test_ranks_with_the_same_compile_ids_keep_stores_of_their_own():
+    from ctmon.report.build import build_report
+
+    s = Session()
+    s.apply({"kind": "process", "t": 0.5, "pid": 10})  # the launcher
+    for ev in [_hello(1, 1, 12), _hello(0, 0, 11)]:  # rank 1 says hello first
+        s.apply(ev)
+    for ev in _compile(1, "0/0") + _compile(0, "0/0") + _compile(1, "0/1", "tensor 'x' size mismatch", t=3.0):
+        s.apply(ev)
+    assert s.primary_rank == 0 and s.meta.pid == 10
+    assert [len(s.ranks[r].session.compile.compiles) for r in (0, 1)] == [1, 2]
+    assert len(s.compile.compiles) == 1  # the job's own view is rank 0's
+    rep = build_report(s)
+    assert rep["compile"]["compiles"] == 3 and rep["compile"]["recompiles"] == 1 and rep["compile"]["frames"] == 1
+    assert [r["pid"] for r in rep["ranks"]] == [11, 12]
+    (f,) = [f for f in rep["findings"] if f["rule"] == "rank-divergence"]
+    assert f["title"] == "Ranks compiled f differently: 2× on rank 1; 1× on rank 0"
+    # the same events through the bulk path give the same store
+    bulk = Session().apply_all(
+        [{"kind": "process", "t": 0.5, "pid": 10}, _hello(1, 1, 12), _hello(0, 0, 11)]
+        + _compile(1, "0/0")
+        + _compile(0, "0/0")
+        + _compile(1, "0/1", "tensor 'x' size mismatch", t=3.0)
+    )
+    assert build_report(bulk)["ranks"] == rep["ranks"]
+
+
+def test_a_rank_no_process_declared_is_the_jobs_own_and_one_process_job_has_no_ranks():
+    from ctmon.report.build import build_report
+
+    s = Session()
+    s.apply({"kind": "process", "t": 0.5, "pid": 10})
+    for ev in _compile(0, "0/0"):  # PyTorch's trace says rank 0 in a one-process group
+        s.apply(ev)
+    assert s.ranks == {} and len(s.compile.compiles) == 1
+    assert build_report(s)["ranks"] == []
+
+
+def test_a_cache_hit_on_one_rank_and_a_miss_on_another_is_critical():
+    s = Session()
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12)]:
+        s.apply(ev)
+    for rank, result in ((0, "hit"), (1, "miss")):
+        s.apply({"kind": "cache", "t": 2.0, "cache": "fx_graph", "result": result, "rank": rank, "key": "k"})
+    (f,) = [f for f in s.findings() if f.id == "rank-divergence:cache:fx_graph"]
+    assert f.severity == "critical" and f.title == "FX graph cache hit on rank 0 and missed on rank 1"
+
+
+def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypatch):
+    # the hook's module without its start-up call (it would claim this test process)
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon", "agent", "site")
+    with open(os.path.join(path, "sitecustomize.py")) as f:
+        src = f.read().replace("\n_main()\n", "\n")
+    mod = types.ModuleType("ctmon_site_probe")
+    mod.__file__ = os.path.join(path, "sitecustomize.py")
+    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    env = {"CTMON_AGENT_SOCKET": "/x.sock", "CTMON_AGENT_PID": "1"}  # the launcher (pid 1) claimed the job
+    for k in ("RANK", "WORLD_SIZE", "CTMON_AGENT_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert not mod.monitored()  # a child of the launcher that is no rank
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert mod.monitored()  # a rank the launcher started
+    assert os.environ["CTMON_AGENT_PID"] == str(os.getpid()) and os.environ["CTMON_AGENT_RANK"] == "1"
+    monkeypatch.setenv("CTMON_AGENT_PID", "999999")  # as its DataLoader worker sees it
+    assert not mod.monitored()
