@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import types
+from typing import Any
 
 import pytest
 from helpers import read_torch_trace, record, workload
@@ -85,6 +86,49 @@ def test_a_recompile_on_one_rank_is_a_critical_finding_naming_it(job):
     assert "expected 8, actual 5" in f["evidence"][0]
     assert f["evidence"][1] == "rank 0: 1 compile(s), 0 recompile(s)"
     assert "drop_last=True" in f["fix"] and "collective" in f["detail"]
+
+
+async def _until(pilot: Any, app: Any, text: str, tries: int = 50) -> str:
+    """The screen once it shows ``text`` (or as it is after ``tries`` pauses)."""
+    from ctmon.tui.capture import screen_text
+
+    shown = ""
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        shown = screen_text(app)
+        if text in shown:
+            break
+    return shown
+
+
+def test_the_screen_lists_the_ranks_and_shows_one_when_chosen(job):
+    import asyncio
+
+    from ctmon.tui.app import CtmonApp
+    from ctmon.tui.capture import screen_text
+    from ctmon.tui.testing import wait_loaded
+    from ctmon.wire.feeds import RecordingFeed
+
+    async def screens() -> tuple[str, str, str]:
+        app = CtmonApp(RecordingFeed(job.run.recording), replay=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_loaded(pilot)
+            before = screen_text(app)
+            await pilot.press("r")
+            listed = await _until(pilot, app, " r1 ")
+            await pilot.press("down", "down", "enter")  # all ranks -> rank 0 -> rank 1
+            return before, listed, await _until(pilot, app, "Frames · 1 · rank 1")
+
+    before, listed, chosen = asyncio.run(screens())
+    assert "2 ranks" in before and "showing" not in before
+    assert "all ranks (the job" in listed
+    r0 = next(line for line in listed.splitlines() if " r0 " in line)
+    r1 = next(line for line in listed.splitlines() if " r1 " in line)
+    assert "ended" in r0 and "6 st" in r0 and "1 c 0 rc 0 b" in r0, r0
+    assert "2 c 1 rc 0 b" in r1, r1
+    assert "showing rank 1 (r)" in chosen
+    assert "Frames · 1 · rank 1" in chosen and "Compilation · rank 1" in chosen
+    assert "2 compiles" in chosen or "2 compile" in chosen, chosen
 
 
 # ------------------------------------------------------------ the store, directly
@@ -182,3 +226,72 @@ def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypa
     assert os.environ["CTMON_AGENT_PID"] == str(os.getpid()) and os.environ["CTMON_AGENT_RANK"] == "1"
     monkeypatch.setenv("CTMON_AGENT_PID", "999999")  # as its DataLoader worker sees it
     assert not mod.monitored()
+
+
+def _steps(rank: int, t: float, n: int, ms: float = 10.0) -> dict:
+    return {"kind": "steps", "t": t, "src": "optimizer", "i0": 0, "ns": [0] + [int(ms * 1e6)] * (n - 1), "rank": rank}
+
+
+def test_each_rank_is_said_to_step_compile_wait_or_stall():
+    from ctmon.store.rank_status import rank_statuses
+
+    s = Session()
+    s.apply({"kind": "process", "t": 0.5, "pid": 10})
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12), _hello(2, 2, 13)]:
+        s.apply(ev)
+    for r in (0, 1, 2):
+        s.apply(_steps(r, 10.0, 20))  # steps end at 10.19 s
+    start = {"kind": "compile_start", "t": 10.3, "compile_id": "0/1", "frame_id": 0, "name": "forward", "rank": 1}
+    s.apply(start)
+    by = {x.rank: x for x in rank_statuses(s, now=10.5)}
+    assert (by[0].state, by[1].state) == ("stepping", "compiling")
+    assert by[1].detail == "forward for 0 s"
+    by = {x.rank: x for x in rank_statuses(s, now=22.3)}  # 12 s later: rank 1 still compiling
+    assert by[1].detail == "forward for 12 s"
+    assert by[0].state == "waiting" and by[0].detail == "12 s, for rank 1 (compiling forward)"
+    # the compile ends; rank 1 steps on, rank 2 never does: stuck with nothing compiling
+    end = {"kind": "compile", "t": 30.0, "compile_id": "0/1", "frame_id": 0, "rank": 1, "has_guarded_code": True}
+    s.apply(end)
+    s.apply({**_steps(1, 30.1, 2), "i0": 20})
+    s.apply({**_steps(0, 30.1, 2), "i0": 20})
+    by = {x.rank: x for x in rank_statuses(s, now=31.0)}
+    assert (by[0].state, by[1].state, by[2].state) == ("stepping", "stepping", "stalled")
+    assert by[2].detail == "no step for 21 s, nothing compiling"
+    assert [x.steps for x in by.values()] == [22, 22, 20]
+
+
+def test_sixty_four_ranks_fit_an_80_by_24_terminal():
+    import asyncio
+
+    from ctmon.tui.app import CtmonApp
+    from ctmon.tui.testing import wait_loaded
+    from ctmon.wire.feeds import RecordingFeed
+
+    events = [{"kind": "session", "t": 1.0, "v": 1, "command": ["torchrun", "train.py"]}]
+    events += [{**_hello(r, r % 8, 100 + r), "t": 1.0} for r in range(64)]
+    events += [_steps(r, 2.0, 10, ms=10.0 + (30.0 if r == 37 else 0.0)) for r in range(64)]
+    events += [{"kind": "exit", "t": 9.0, "code": 0}]
+
+    async def screens(path: str) -> tuple[str, str]:
+        app = CtmonApp(RecordingFeed(path), replay=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_loaded(pilot)
+            await pilot.press("r")
+            first = await _until(pilot, app, " r0 ")
+            await pilot.press(*["down"] * 38)
+            return first, await _until(pilot, app, "*r37 ")
+
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("".join(json.dumps(e) + "\n" for e in events))
+    try:
+        first, moved = asyncio.run(screens(f.name))
+    finally:
+        os.unlink(f.name)
+    lines = first.splitlines()
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
+    assert " r0 " in first and " r63 " not in first  # a window of the 64, around the cursor
+    assert "*r37 " in moved and " r63 " not in moved  # the slowest rank, marked; the window follows
+    assert "Ranks · 64" in first

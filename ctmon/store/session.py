@@ -34,6 +34,7 @@ LOG_MAX = 5000
 STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 LIBRARY_LOGS_MAX = 500
+_COMPILE_KINDS = (E.CompileStart, E.Compile, E.GraphBreak, E.RecompileReasons, E.CacheResult)
 
 
 @dataclass(slots=True)
@@ -191,7 +192,8 @@ class Session:
         if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
             rs.last_t = ev.t
         if rank != self.primary_rank:
-            self.rev["ranks"] += 1
+            # another rank's compile is news a viewer shows at once; its steps are not
+            self.rev["rank_compiles" if type(ev) in _COMPILE_KINDS else "ranks"] += 1
             return True
         # the primary rank's hello names the job only where no launcher did
         return type(ev) is E.Process and self.meta.pid is not None

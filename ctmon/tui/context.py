@@ -41,6 +41,16 @@ class ViewContext:
     title: str | None = None
     gpu_error: str | None = None  # remembered: only the first sample says it
     catching_up: bool = False  # a backlog is being folded (a late attach, a replay's load)
+    rank: int | None = None  # a distributed job: the rank the per-process panes show (None: the job)
+
+    @property
+    def view(self) -> Session:
+        """The store the per-process panes show: the chosen rank's, else the job's."""
+        if self.rank is not None:
+            rs = self.session.ranks.get(self.rank)
+            if rs is not None:
+                return rs.session
+        return self.session
 
     @property
     def cwd(self) -> str | None:
@@ -73,6 +83,11 @@ class ViewContext:
         return self.live and not self.feed_done and self.session.exit is None
 
 
+def rank_label(ctx: ViewContext) -> str:
+    """' · rank 1' on the titles of panes that show one chosen rank."""
+    return f" · rank {ctx.rank}" if ctx.rank is not None and ctx.rank in ctx.session.ranks else ""
+
+
 def put_title(widget: Any, text: str) -> None:
     """A border title taken literally (it may hold filter text or brackets)."""
     from textual.content import Content
@@ -91,14 +106,18 @@ class StoreView:
     only when one of the ``SECTIONS`` it reads has a new revision."""
 
     SECTIONS: tuple[str, ...] = ()
+    # True for the panes that follow one process (steps, compilation, frames,
+    # breaks, events): they read ``ctx.view``, the rank chosen in a distributed job
+    SCOPED = False
     ctx: ViewContext
     _view_key: Any = None
     updates: int = 0
     title_plain: str = ""
 
     def update_key(self) -> Any:
-        s = self.ctx.session
-        return (self.ctx.gen, *(s.rev[name] for name in self.SECTIONS))
+        ctx = self.ctx
+        s = ctx.view if self.SCOPED else ctx.session
+        return (ctx.gen, ctx.rank if self.SCOPED else None, *(s.rev[name] for name in self.SECTIONS))
 
     def maybe_update(self, force: bool = False) -> bool:
         key = self.update_key()

@@ -132,6 +132,7 @@ class MainScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("f", "cycle_kinds", "Event kinds", show=False),
         Binding("a", "findings", "Findings", show=False),
+        Binding("r", "ranks", "Ranks", show=False),
         Binding("i", "app.job_input", "Input to the job", show=False),
         Binding("left_square_bracket", "app.replay_step(-1)", "Step back", show=False),
         Binding("right_square_bracket", "app.replay_step(1)", "Step forward", show=False),
@@ -231,6 +232,19 @@ class MainScreen(Screen[None]):
         n = len(self.ctx.session.findings())
         self.app.push_screen(DetailScreen(f"Findings · {n}", findings_body(self.ctx), "findings"))
 
+    def action_ranks(self) -> None:
+        from ctmon.tui.ranks_screen import RanksScreen
+
+        if not self.ctx.session.ranks:
+            self.notify("not a distributed job: no ranks have reported", timeout=2)
+            return
+
+        def chosen(_: Any) -> None:
+            for view in self.views():  # another rank: every pane that follows one redraws
+                view.maybe_update(force=True)
+
+        self.app.push_screen(RanksScreen(self.ctx), chosen)
+
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(replay=self.ctx.replay is not None))
 
@@ -282,10 +296,8 @@ class MainScreen(Screen[None]):
         elif isinstance(pane, BreaksPane):
             screen = DetailScreen(break_title(item, ctx), break_detail(item, ctx), name="break-detail")
         elif isinstance(pane, EventsPane):
-            frame = (
-                find_frame(ctx.session, item.ref) if item.kind in ("compile", "recompile", "limit", "error") else None
-            )
-            site = find_break(ctx.session, item.ref) if item.kind == "graph_break" else None
+            frame = find_frame(ctx.view, item.ref) if item.kind in ("compile", "recompile", "limit", "error") else None
+            site = find_break(ctx.view, item.ref) if item.kind == "graph_break" else None
             if frame is not None:
                 screen = DetailScreen(frame_title(frame, ctx), frame_detail(frame, ctx), name="frame-detail")
             elif site is not None:

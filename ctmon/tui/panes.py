@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ctmon.store.compiles import BreakSite, Frame
 from ctmon.tui import fmt
-from ctmon.tui.context import StoreView, ViewContext, put_title
+from ctmon.tui.context import StoreView, ViewContext, put_title, rank_label
 from ctmon.tui.linelist import LineList
 from ctmon.tui.panels import localize
 
@@ -149,6 +149,7 @@ def budget(frame: Frame) -> tuple[str, str]:
 
 
 class FramesPane(Pane):
+    SCOPED = True
     NAME = "frames"
     SECTIONS = ("compile",)
 
@@ -193,7 +194,7 @@ class FramesPane(Pane):
         return cells(FRAME_COLS, widths, self._cells(f, self._narrow(width)), width, left_clip=(0,))
 
     def update_view(self) -> None:
-        frames = self.ctx.session.compile.frames_sorted()
+        frames = self.ctx.view.compile.frames_sorted()
         total = len(frames)
         if self.filter_text:
             frames = [f for f in frames if self.matches(" ".join(v for v, _ in self._cells(f, False)))]
@@ -206,7 +207,7 @@ class FramesPane(Pane):
         self._ideal = ideal
         self._widths = (-1, [])
         shown = f"{len(frames)}/{total}" if self.filter_text else f"{total}"
-        put_title(self, f"Frames · {shown}{self.filter_label()}")
+        put_title(self, f"Frames · {shown}{rank_label(self.ctx)}{self.filter_label()}")
         self.set_items(frames, key=lambda f: f.frame_id)
 
 
@@ -221,6 +222,7 @@ BREAK_COLS = [
 
 
 class BreaksPane(Pane):
+    SCOPED = True
     NAME = "breaks"
     SECTIONS = ("compile",)
 
@@ -258,7 +260,7 @@ class BreaksPane(Pane):
         return cells(BREAK_COLS, widths, self._cells(b, width < 100), width, left_clip=(1,))
 
     def update_view(self) -> None:
-        c = self.ctx.session.compile
+        c = self.ctx.view.compile
         sites = c.breaks_sorted()
         total = len(sites)
         if self.filter_text:
@@ -274,7 +276,7 @@ class BreaksPane(Pane):
         put_title(
             self,
             f"Graph breaks · {shown} {'site' if total == 1 else 'sites'}, "
-            f"{fmt.plural(c.graph_break_count, 'break')}{self.filter_label()}",
+            f"{fmt.plural(c.graph_break_count, 'break')}{rank_label(self.ctx)}{self.filter_label()}",
         )
         self.set_items(sites, key=lambda b: (b.file, b.line))
 

@@ -59,7 +59,7 @@ class Pump:
         self.steady_refresh_s = max(refresh_min_s, STEADY_REFRESH_S)
         self.applied = 0
         self._carry: Batch = []  # the unfolded rest of a batch
-        self._urgent_key: tuple[int, int, int] = (-1, -1, -1)
+        self._urgent_key: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self._last_refresh = 0.0
         self._last_lists = 0.0
 
@@ -127,7 +127,7 @@ class Pump:
     def _urgent(self) -> bool:
         """Something a user waits to see changed: a compile, an alert, the exit."""
         rev = self.store.rev
-        key = (rev["compile"], rev["log"], rev["meta"])
+        key = (rev["compile"], rev["log"], rev["meta"], rev["rank_compiles"])
         if key != self._urgent_key:
             self._urgent_key = key
             return True

@@ -26,6 +26,7 @@ KEYS: list[tuple[str, str]] = [
     ("/", "filter the pane (text; events also by kind)"),
     ("f", "events: cycle kinds (all, compiles, recompiles, breaks, cache, alerts)"),
     ("a", "all findings: what is wrong, where, the evidence and the fix"),
+    ("r", "ranks of a distributed job: what each is doing; Enter shows one rank in the panes"),
     ("space", "pause the view (data keeps being collected)"),
 ]
 # Only where a job runs (attach, watch): a replay has no stdin to type into.

@@ -11,7 +11,7 @@ from ctmon.store import LogEntry
 from ctmon.store.compiles import CompileRecord, Frame
 from ctmon.store.output import OutputLine
 from ctmon.tui import fmt
-from ctmon.tui.context import ViewContext, put_title
+from ctmon.tui.context import ViewContext, put_title, rank_label
 from ctmon.tui.panels import localize
 from ctmon.tui.panes import Pane, one_line, reason_text
 from ctmon.tui.safe import ansi_text
@@ -44,6 +44,7 @@ LOG_VIEW_MAX = 5000
 
 
 class EventsPane(Pane):
+    SCOPED = True
     NAME = "events"
     SECTIONS = ("log",)
 
@@ -51,7 +52,7 @@ class EventsPane(Pane):
         super().__init__(ctx, self._row, follow=True, empty="no events yet", id=id)
         self.kinds: frozenset[str] | None = None
         self.preset = 0
-        self._seen = (-1, -1)  # (gen, log revision) the list reflects
+        self._seen: tuple[Any, int] = (-1, -1)  # ((gen, rank), log revision) the list reflects
         self._index_of: Any = None
         self._index: dict[str, CompileRecord] = {}
         self._indexed = 0
@@ -90,7 +91,7 @@ class EventsPane(Pane):
 
     def _compile(self, compile_id: Any) -> tuple[Frame, CompileRecord] | None:
         """The compile a log entry refers to (index built as compiles arrive)."""
-        c = self.ctx.session.compile
+        c = self.ctx.view.compile
         if self._index_of is not c or self._indexed > len(c.compiles):
             self._index_of, self._index, self._indexed = c, {}, 0
         if self._indexed < len(c.compiles):
@@ -113,7 +114,7 @@ class EventsPane(Pane):
                 reason = reason_text(rec.recompile_reason, self.ctx.cwd)
                 return f"{rec.compile_id} {frame.title}: {reason} · {where} · {fmt.secs(rec.time_s)}"
         if e.kind == "graph_break" and isinstance(e.ref, tuple):
-            site = self.ctx.session.compile.breaks.get(e.ref)
+            site = self.ctx.view.compile.breaks.get(e.ref)
             if site is not None and len(site.reasons) == 1:  # else the entry's own words
                 return (
                     f"{fmt.place(site.file, site.line, site.called_from, self.ctx.cwd, narrow)} {one_line(site.reason)}"
@@ -135,9 +136,10 @@ class EventsPane(Pane):
         return row
 
     def update_view(self) -> None:
-        s = self.ctx.session
+        s = self.ctx.view
         rev = s.rev["log"]
-        gen = self.ctx.gen
+        # another rank chosen is another log: start over
+        gen = (self.ctx.gen, self.ctx.rank)
         seen_gen, seen_rev = self._seen
         new = rev - seen_rev
         if gen != seen_gen or new < 0 or new > len(s.log) or seen_rev < 0:
@@ -146,7 +148,7 @@ class EventsPane(Pane):
             fresh = list(islice(s.log, len(s.log) - new, len(s.log)))
             self.extend([e for e in fresh if self.accept(e)], limit=LOG_VIEW_MAX)
         self._seen = (gen, rev)
-        put_title(self, f"Events · {len(self.items):,}{self.kinds_label()}{self.filter_label()}")
+        put_title(self, f"Events · {len(self.items):,}{rank_label(self.ctx)}{self.kinds_label()}{self.filter_label()}")
 
 
 # ------------------------------------------------------------------ output

@@ -7,26 +7,27 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.tui import fmt
-from ctmon.tui.context import put_title
+from ctmon.tui.context import put_title, rank_label
 from ctmon.tui.panels.alerting import alert_text, alerts
 from ctmon.tui.panels.base import Panel
 
 
 class CompilePanel(Panel):
+    SCOPED = True
     SECTIONS = ("compile", "log")
 
     def update_key(self) -> Any:
         ctx = self.ctx
-        active = ctx.session.compile.active
+        active = ctx.view.compile.active
         el = int(ctx.elapsed() or 0) if active and ctx.job_running else None
         return (*super().update_key(), el)
 
     def set_title(self) -> None:
-        put_title(self, "Compilation")
+        put_title(self, f"Compilation{rank_label(self.ctx)}")
 
     def render_text(self) -> Text:
         ctx = self.ctx
-        s = ctx.session
+        s = ctx.view
         c = s.compile
         w, h = self.content_width, self.content_height
         totals = Text()

@@ -11,6 +11,7 @@ from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
 from ctmon.tui.panels.base import Panel
 from ctmon.tui.panels.samples import gpu_error, latest_gpus
+from ctmon.tui.ranks_screen import ranks_summary
 
 STATE_STYLE = {
     "starting": "dim",
@@ -69,6 +70,8 @@ class HeaderBar(Panel):
         steps = ctx.session.steps.count if (el is None or ctx.session.exit is not None or not ctx.live) else None
         return (
             *super().update_key(),
+            ctx.session.rev["rank_compiles"],
+            ctx.rank,
             int(el) if el is not None else None,
             ctx.paused,
             ctx.status,
@@ -99,6 +102,10 @@ class HeaderBar(Panel):
             parts.append(Text(f"torch {s.meta.torch}"))
         parts.append(Text(device_summary(ctx)))
         parts.append(Text(f"step {fmt.count(s.steps.count)}"))
+        ranks = ranks_summary(ctx)
+        if ranks:
+            busy = any(w in ranks for w in ("compiling", "waiting", "stalled"))
+            parts.append(Text(ranks, style="bold yellow" if busy else ""))
         dropped = s.drops.get("steps", 0) + s.drops.get("events", 0)
         if dropped:
             parts.append(Text(f"{fmt.count(dropped)} dropped", style="bold red"))

@@ -10,7 +10,7 @@ from rich.text import Text
 from ctmon.store import Session
 from ctmon.store.generation import GenerationStats
 from ctmon.tui import fmt
-from ctmon.tui.context import put_title
+from ctmon.tui.context import put_title, rank_label
 from ctmon.tui.panels.base import Panel
 
 STATS_WINDOW = 1000
@@ -18,30 +18,31 @@ GENERATION_WINDOW = 200  # recent generate() calls the token line speaks of
 
 
 class StepsPanel(Panel):
+    SCOPED = True
     SECTIONS = ("steps", "compile")
 
     _stats: tuple[Any, Any] = (None, None)
 
     def stats(self) -> Any:
         """The window's statistics, computed once per change of the steps."""
-        series = self.ctx.session.steps.current
+        series = self.ctx.view.steps.current
         key = (id(series), len(series) if series is not None else 0, series.device_windows if series is not None else 0)
         if self._stats[0] != key:
             self._stats = (key, series.stats(window=STATS_WINDOW) if series is not None else None)
         return self._stats[1]
 
     def set_title(self) -> None:
-        s = self.ctx.session
+        s = self.ctx.view
         series = s.steps.current
         if series is None or not len(series):
-            put_title(self, "Steps")
+            put_title(self, f"Steps{rank_label(self.ctx)}")
             return
         st = self.stats()
         rate = f" · {st.steps_per_s:.1f}/s" if st.steps_per_s else ""
-        put_title(self, f"Steps · {fmt.count(len(series))} ({series.source}){rate}")
+        put_title(self, f"Steps · {fmt.count(len(series))} ({series.source}){rate}{rank_label(self.ctx)}")
 
     def render_text(self) -> Text:
-        s = self.ctx.session
+        s = self.ctx.view
         w, h = self.content_width, self.content_height
         series = s.steps.current
         if series is None or len(series) < 2:

@@ -1,0 +1,116 @@
+"""What each rank of a live job is doing now: stepping, compiling, or waiting.
+
+Ranks that compile differently hang a job: the one compiling is busy for
+seconds to minutes, the others sit in the next collective, and nothing says
+which is which until the NCCL watchdog kills everything. Each rank's store
+already knows whether a compile is open (a start without its end) and when
+its last step ended; this module reads that against the clock:
+
+* ``compiling``: a compile of this rank is open -- which frame, for how long;
+* ``stepping``: a step ended recently (within a few of its usual steps);
+* ``waiting``: no step for a while and no compile open, while another rank
+  compiles -- it waits for that rank in a collective;
+* ``stalled``: no step for a while, nothing compiling anywhere -- stuck in a
+  collective, in data loading, or in its own code (py-spy dump --pid tells);
+* ``starting``: no step yet and no compile open; ``ended``: the job is over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ctmon.store.compiles import display_name
+
+if TYPE_CHECKING:
+    from ctmon.store.ranks import RankState
+    from ctmon.store.session import Session
+
+STALL_MIN_S = 3.0  # never call a rank stalled sooner than this
+STALL_STEPS = 5.0  # ... nor before this many of its usual steps have gone by
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    state: str  # stepping | compiling | waiting | stalled | starting | ended
+    detail: str  # "forward for 12 s", "8 s, for rank 1 (compiling forward)"
+    steps: int
+    last_ms: float | None
+    p50_ms: float | None
+    compiles: int
+    recompiles: int
+    breaks: int
+    fx_hit: int
+    fx_miss: int
+    host: str | None
+    slowest: bool = False
+
+
+def _compiling(rs: RankState, now: float) -> tuple[str, float] | None:
+    """The frame of this rank's oldest open compile, and for how long."""
+    active = rs.session.compile.active
+    if not active:
+        return None
+    start = min(active.values(), key=lambda ev: ev.t)
+    frame = rs.session.compile.frames.get(start.frame_id)
+    name = frame.title if frame is not None else display_name(start.name) or "?"
+    return name, max(0.0, now - start.t)
+
+
+def rank_statuses(s: Session, now: float) -> list[RankStatus]:
+    compiling = {r: c for r, rs in s.ranks.items() if (c := _compiling(rs, now)) is not None}
+    out = []
+    for r, rs in sorted(s.ranks.items()):
+        series = rs.session.steps.current
+        n = len(series) if series is not None else 0
+        p50 = series.p50_estimate() if series is not None and n >= 2 else None
+        last = series.last_interval_ms() if series is not None and n >= 2 else None
+        cs = rs.session.compile
+        fx = cs.cache.get("fx_graph")
+        state, detail = _state(s, r, rs, now, n, p50, compiling)
+        out.append(
+            RankStatus(
+                rank=r,
+                state=state,
+                detail=detail,
+                steps=n,
+                last_ms=last,
+                p50_ms=p50,
+                compiles=cs.compile_count,
+                recompiles=cs.recompile_count,
+                breaks=cs.graph_break_count,
+                fx_hit=fx.hit if fx else 0,
+                fx_miss=fx.miss if fx else 0,
+                host=rs.host,
+            )
+        )
+    p50s = [x.p50_ms for x in out if x.p50_ms is not None]
+    if len(p50s) >= 2:
+        top = max(out, key=lambda x: x.p50_ms if x.p50_ms is not None else -1.0)
+        if top.p50_ms is not None and top.p50_ms > 1.1 * min(p50s):
+            top.slowest = True
+    return out
+
+
+def _state(
+    s: Session, r: int, rs: RankState, now: float, n: int, p50: float | None, compiling: dict[int, tuple[str, float]]
+) -> tuple[str, str]:
+    if s.exit is not None:
+        return "ended", ""
+    mine = compiling.get(r)
+    if mine is not None:
+        return "compiling", f"{mine[0]} for {mine[1]:.0f} s"
+    series = rs.session.steps.current
+    last = series.times[-1] if series is not None and n else rs.first_t
+    idle = max(0.0, now - last) if last is not None else 0.0
+    usual = (p50 or 0.0) / 1000.0
+    if idle < max(STALL_MIN_S, STALL_STEPS * usual):
+        return ("stepping", "") if n else ("starting", "")
+    others = sorted(compiling)
+    if others:
+        who = others[0]
+        return "waiting", f"{idle:.0f} s, for rank {who} (compiling {compiling[who][0]})"
+    if not n:
+        return "starting", f"no step for {idle:.0f} s"
+    return "stalled", f"no step for {idle:.0f} s, nothing compiling"
