@@ -216,7 +216,9 @@ def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypa
     exec(compile(src, mod.__file__, "exec"), mod.__dict__)
     env = {"CTMON_AGENT_SOCKET": "/x.sock", "CTMON_AGENT_PID": "1"}  # the launcher (pid 1) claimed the job
     for k in ("RANK", "WORLD_SIZE", "CTMON_AGENT_RANK"):
-        monkeypatch.delenv(k, raising=False)
+        # set, then removed: so the test's end restores it (monitored() writes os.environ itself)
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert not mod.monitored()  # a child of the launcher that is no rank

@@ -187,7 +187,20 @@ def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
             if value.isdigit():
                 ev[key] = int(value)
         ev["host"] = protocol.clip(socket.gethostname(), 255)
+        job = job_identity()
+        if job:
+            ev["job"] = protocol.clip(job, 500)
     return ev
+
+
+def job_identity() -> str | None:
+    """Which job a rank belongs to, the same on every node: where its ranks
+    meet (MASTER_ADDR:MASTER_PORT) and torchrun's run id."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    run = os.environ.get("TORCHELASTIC_RUN_ID")
+    if not (addr and port) and not run:
+        return None
+    return f"{addr or '?'}:{port or '?'}" + (f"/{run}" if run else "")
 
 
 def own_rank() -> int | None:

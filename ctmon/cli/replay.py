@@ -28,6 +28,10 @@ def main(argv: list[str]) -> int:
     files = [a for a in argv if a != "--"]
     if not files:
         raise UsageError(f"replay: a recording is required ({USAGE})")
+    if len(files) > 1 and not any(f.startswith("-") for f in files):
+        raise UsageError(
+            "replay: one recording at a time (the nodes of one job merge in: ctmon report " + " ".join(files) + ")"
+        )
     if len(files) > 1 or files[0].startswith("-"):
         raise UsageError(f"replay: unexpected argument {files[1] if len(files) > 1 else files[0]} ({USAGE})")
     path = files[0]

@@ -10,9 +10,10 @@ from ctmon.cli.record import parse_budgets
 from ctmon.report import gate
 from ctmon.textsafe import clean
 
-HELP = """usage: ctmon report FILE [--json | --md] [--fail-on EXPR ...]
+HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...]
 
-Summarise a recording made by 'ctmon record' or 'ctmon attach'.
+Summarise a recording made by 'ctmon record' or 'ctmon attach'. Several
+files: the recordings of one distributed job's nodes, merged into one report.
 
 options:
   --json      print the report as JSON (schema: docs/REPORT.md)
@@ -28,7 +29,7 @@ options:
 
 def main(argv: list[str]) -> int:
     fmt = "text"
-    path = None
+    paths: list[str] = []
     budgets: list[str] = []
     it = iter(argv)
     for a in it:
@@ -46,19 +47,17 @@ def main(argv: list[str]) -> int:
             budgets.append(expr)
         elif a.startswith("-"):
             raise CliError(f"report: unknown option {a} (try: ctmon report --help)")
-        elif path is None:
-            path = a
         else:
-            raise CliError("report: give one recording")
-    if path is None:
+            paths.append(a)
+    if not paths:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
     checks = parse_budgets(budgets)
     from ctmon.report.build import build_report
-    from ctmon.report.load import load
+    from ctmon.report.merge import load_nodes
     from ctmon.report.text import full_text
 
-    session, stats = load(path)
-    report = build_report(session)
+    session, stats, nodes = load_nodes(paths)
+    report = build_report(session, nodes)
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":

@@ -109,6 +109,7 @@ class Job:
         env = dict(os.environ)
         env.update(env_extra)
         env.pop("CTMON_AGENT_PID", None)  # the job claims it (see ctmon/agent/site)
+        env.pop("CTMON_AGENT_RANK", None)  # and its ranks theirs
         env["PYTHONPATH"] = job_python_path(env.get("PYTHONPATH"))
         attach = self.mode == "attach"
         # attach: the job's stdin is its terminal (the pty its output goes

@@ -26,7 +26,8 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
-def build_report(s: Session) -> dict[str, Any]:
+def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``nodes``: one object per recording when several nodes' recordings were merged."""
     st = s.steps.current.stats() if s.steps.current is not None else None
     cs = s.compile
     marked = 0
@@ -90,6 +91,7 @@ def build_report(s: Session) -> dict[str, Any]:
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "findings": [f.as_dict() for f in s.findings()],
         "ranks": rank_reports(s),
+        "nodes": nodes or [],
         "drops": dict(s.drops),
         "notes": [{"level": n.level, "source": n.source, "message": n.message} for n in s.notes],
     }

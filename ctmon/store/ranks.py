@@ -34,6 +34,7 @@ class RankState:
     world_size: int | None = None
     host: str | None = None
     pid: int | None = None
+    job: str | None = None  # where its job's ranks meet (the same on every node)
     first_t: float | None = None  # its hello
     last_t: float | None = None  # the last event it sent
 
@@ -43,6 +44,7 @@ class RankState:
         self.world_size = ev.world_size if ev.world_size is not None else self.world_size
         self.host = ev.host or self.host
         self.pid = ev.pid if ev.pid is not None else self.pid
+        self.job = ev.job or self.job
         if self.first_t is None and ev.t > 0:
             self.first_t = ev.t
 

@@ -522,6 +522,7 @@ class Session:
 
         key = (
             self.rev["compile"],
+            self.rev["rank_compiles"],  # another rank's compile: the ranks may now differ
             self.rev["steps"],
             self.rev["samples"] // 5,
             self.rev["meta"],

@@ -92,6 +92,7 @@ class Process(Ranked, tag="process"):
     local_rank: int | None = None
     world_size: int | None = None
     host: str | None = None  # a rank's host (the supervisor's, for a job on one node)
+    job: str | None = None  # a rank's job, the same on every node: MASTER_ADDR:MASTER_PORT[/run id]
 
 
 class Torch(Ranked, tag="torch"):

@@ -1,0 +1,95 @@
+"""One job on two nodes, each node recorded by its own ctmon: the recordings
+merge into one report.
+
+Two nodes are simulated on this machine: two torchrun launchers
+(``--nnodes 2``, node ranks 0 and 1, one process each), each under its own
+``ctmon record`` with its own TORCH_TRACE directory; the second recording's
+host is then renamed, as a second machine would have written it. ``ctmon
+report a.jsonl b.jsonl`` must give both ranks, their hosts, totals equal to
+both trace directories together, and the divergence of the rank that
+recompiled alone. Recordings of different jobs are refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, ctmon, env_with, one_line_containing, read_torch_trace, workload
+from test_ranks import free_port
+
+SCRIPT = workload("ddp_ranks.py")
+
+
+def _node(tmp: str, node: int, port: int) -> tuple[subprocess.Popen[str], str, str]:
+    rec, trace = os.path.join(tmp, f"node{node}.jsonl"), os.path.join(tmp, f"trace{node}")
+    launcher = ["torchrun", "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1"]
+    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, "--", *launcher, SCRIPT, "--diverge"],
+        cwd=ROOT,
+        env=env_with(TORCH_TRACE=trace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, rec, trace
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("nodes"))
+    port = free_port()
+    started = [_node(tmp, n, port) for n in (0, 1)]
+    for proc, _, _ in started:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+    (_, a, ta), (_, b, tb) = started
+    # the second node's recording, as a second machine would have written it
+    with open(b) as f:
+        lines = [json.loads(line) for line in f]
+    for ev in lines:
+        if ev.get("host"):
+            ev["host"] = "node-b"
+    with open(b, "w") as f:
+        f.write("".join(json.dumps(ev) + "\n" for ev in lines))
+    return a, b, ta, tb
+
+
+def test_two_nodes_recordings_merge_into_one_report(nodes):
+    a, b, ta, tb = nodes
+    out = ctmon("report", a, b, "--json")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    ranks = rep["ranks"]
+    assert [(r["rank"], r["host"]) for r in ranks] == [(0, os.uname().nodename), (1, "node-b")]
+    assert [n["recording"] for n in rep["nodes"]] == [a, b]
+    assert [n["exit_code"] for n in rep["nodes"]] == [0, 0]
+    for r, trace_dir in zip(ranks, (ta, tb), strict=True):
+        trace = read_torch_trace(trace_dir, "*_rank_*.log")
+        assert (r["compile"]["compiles"], r["compile"]["recompiles"]) == (trace.compiles, trace.recompiles)
+    both = read_torch_trace(ta, "*_rank_*.log").compiles + read_torch_trace(tb, "*_rank_*.log").compiles
+    assert rep["compile"]["compiles"] == both
+    (f,) = [f for f in rep["findings"] if f["rule"] == "rank-divergence"]
+    assert f["severity"] == "critical" and "2× on rank 1" in f["title"]
+    text = ctmon("report", a, b)
+    assert "rank 1 (node-b, pid" in text.stdout
+
+
+def test_recordings_of_different_jobs_are_refused(nodes, tmp_path):
+    a, _, _, _ = nodes
+    other = tmp_path / "other.jsonl"
+    with open(a) as f:
+        lines = [json.loads(line) for line in f]
+    for ev in lines:
+        if ev.get("kind") == "process" and ev.get("job"):
+            ev["job"] = "127.0.0.1:1/another"
+    other.write_text("".join(json.dumps(ev) + "\n" for ev in lines))
+    out = ctmon("report", a, str(other))
+    line = one_line_containing(out, "not one job")
+    assert os.path.basename(a) in line and "other.jsonl" in line
+    out = ctmon("report", a, a)
+    one_line_containing(out, "rank 0")
