@@ -1346,6 +1346,7 @@ def test_fake_nvml_behind_the_gpu_sampler(fake_nvml):
         a, b = g.sample([child.pid])
         assert (a["util"], b["util"]) == (95, 5)
         assert a["proc_mem"] == 1 << 30 and a["mem_total"] == 80 << 30 and a["temp_c"] == 55
+        assert a["pid_mem"] == {child.pid: 1 << 30}  # each process of the job: a rank's own memory
         assert a["power_w"] is None and a["power_limit_w"] == 700.0 and a["sm_clock_mhz"] == 1755
         assert g.sample([12345678])[0]["proc_mem"] is None  # GPU processes none of which is ours: unknown
         g.close()

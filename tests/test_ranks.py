@@ -297,3 +297,19 @@ def test_sixty_four_ranks_fit_an_80_by_24_terminal():
     assert " r0 " in first and " r63 " not in first  # a window of the 64, around the cursor
     assert "*r37 " in moved and " r63 " not in moved  # the slowest rank, marked; the window follows
     assert "Ranks · 64" in first
+
+
+def test_each_ranks_gpu_memory_is_its_own_processes():
+    from ctmon.report.build import build_report
+
+    s = Session()
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12)]:
+        s.apply(ev)
+    for t, mem0, mem1 in ((2.0, 1 << 30, 3 << 30), (3.0, 2 << 30, 1 << 30)):
+        gpus = [
+            {"index": 0, "pid_mem": {11: mem0, 12: mem1, 99: 5 << 30}},
+            {"index": 1, "pid_mem": {12: 1 << 20}},  # rank 1 also touches a second GPU
+        ]
+        s.apply({"kind": "sample", "t": t, "gpus": gpus})
+    rep = build_report(s)
+    assert [r["gpu_mem_peak_bytes"] for r in rep["ranks"]] == [2 << 30, (3 << 30) + (1 << 20)]

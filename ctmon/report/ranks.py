@@ -107,6 +107,7 @@ def rank_reports(s: Session) -> list[dict[str, Any]]:
                 "steps": {
                     "count": st.count if st else 0,
                     "source": rs.session.steps.source,
+                    "device_timed": bool(series is not None and series.device_windows),
                     "p50_ms": _r(st.p50_ms if st else None, 4),
                     "p90_ms": _r(st.p90_ms if st else None, 4),
                 },
@@ -119,6 +120,7 @@ def rank_reports(s: Session) -> list[dict[str, Any]]:
                     "time_s": _r(cs.total_time_s + cs.bwd_time_s),
                 },
                 "cache": {name: c.as_dict() for name, c in sorted(cs.cache.items())},
+                "gpu_mem_peak_bytes": rs.gpu_mem_peak,
             }
         )
     return out

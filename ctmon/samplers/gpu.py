@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+MAX_PIDS = 256  # processes of the job listed per GPU
+
 
 class GpuSampler:
     def __init__(self) -> None:
@@ -59,7 +61,7 @@ class GpuSampler:
             g["power_limit_w"] = limit / 1000.0 if isinstance(limit, (int, float)) else None
             g["temp_c"] = _safe(nv.nvmlDeviceGetTemperature, h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
             g["sm_clock_mhz"] = _safe(nv.nvmlDeviceGetClockInfo, h, getattr(nv, "NVML_CLOCK_SM", 1))
-            g["proc_mem"] = self._proc_mem(h, pidset)
+            g["proc_mem"], g["pid_mem"] = self._proc_mem(h, pidset)
             out.append(g)
         return out
 
@@ -76,29 +78,34 @@ class GpuSampler:
                 self._no_v2 = True
         return _safe(nv.nvmlDeviceGetMemoryInfo, handle)
 
-    def _proc_mem(self, handle: Any, pids: set[int]) -> int | None:
-        """The job tree's memory on this GPU; None if NVML cannot tell.
+    def _proc_mem(self, handle: Any, pids: set[int]) -> tuple[int | None, dict[int, int] | None]:
+        """The job tree's memory on this GPU, and each of its processes' (a
+        distributed job's ranks); None if NVML cannot tell.
 
         In a container NVML may report host PIDs, which match none of ours:
         that is "unknown", not zero.
         """
         if not pids:
-            return None
+            return None, None
         nv = self._nv
         procs = _safe(nv.nvmlDeviceGetComputeRunningProcesses, handle)
         if procs is None:
-            return None
+            return None, None
         total = 0
-        matched = False
+        each: dict[int, int] = {}
         for p in procs:
-            if getattr(p, "pid", None) in pids:
-                matched = True
+            pid = getattr(p, "pid", None)
+            if pid in pids:
                 used = getattr(p, "usedGpuMemory", None)
                 if isinstance(used, int):
                     total += used
-        if matched:
-            return total
-        return 0 if not procs else None
+                    if len(each) < MAX_PIDS:
+                        each[pid] = each.get(pid, 0) + used
+                else:
+                    each.setdefault(pid, 0)
+        if each:
+            return total, each
+        return (0, None) if not procs else (None, None)
 
     def close(self) -> None:
         if self._nv is not None:

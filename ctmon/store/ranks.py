@@ -37,6 +37,15 @@ class RankState:
     job: str | None = None  # where its job's ranks meet (the same on every node)
     first_t: float | None = None  # its hello
     last_t: float | None = None  # the last event it sent
+    gpu_mem_peak: int | None = None  # its process's GPU memory, summed over devices, at its highest
+
+    def saw_gpus(self, gpus: list[E.GpuSample]) -> None:
+        pid = self.pid
+        if pid is None:
+            return
+        mine = [g.pid_mem[pid] for g in gpus if g.pid_mem and pid in g.pid_mem]
+        if mine and (self.gpu_mem_peak is None or sum(mine) > self.gpu_mem_peak):
+            self.gpu_mem_peak = sum(mine)
 
     def declare(self, ev: E.Process) -> None:
         """Its hello (again, after an exec: the same rank, maybe a new program)."""

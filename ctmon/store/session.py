@@ -459,6 +459,9 @@ class Session:
             self.meta.gpu_error = ev.gpu_error[:300]  # sent once; samples roll over
         self.samples.append(ev)
         self.rev["samples"] += 1
+        if self.ranks and ev.gpus:
+            for rs in self.ranks.values():  # each rank's own GPU memory, from its pid
+                rs.saw_gpus(ev.gpus)
 
     def _on_exit(self, ev: E.Exit) -> None:
         sig = nonempty(ev.signal)

@@ -351,6 +351,7 @@ class GpuSample(msgspec.Struct, gc=False):
     temp_c: Finite | None = None
     sm_clock_mhz: Finite | None = None
     proc_mem: int | None = None
+    pid_mem: dict[int, int] | None = None  # the job's processes on this GPU: pid -> bytes (a rank's own memory)
 
 
 class Sample(Event, tag="sample"):

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The per-rank view on a CUDA machine: two torchrun ranks sharing one GPU over
+# gloo (benchmarks/gpu_ranks_job.py) under `ctmon record`, with TORCH_TRACE;
+# prints each rank's figures from `ctmon report --json` beside an independent
+# count over that rank's own trace file, and keeps both in $OUT.
+# $1: a folder of wheels to install first (the GPU machine has no msgspec).
+set -u
+OUT="${OUT:-./gpu-results}"
+mkdir -p "$OUT"
+if [ -n "${1:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
+    && export PYTHONPATH=/tmp/ctmon-site
+fi
+rm -rf /tmp/tt-ranks /tmp/rec-ranks.jsonl
+start=$(date +%s)
+TORCH_TRACE=/tmp/tt-ranks timeout 400 python3 -m ctmon record -o /tmp/rec-ranks.jsonl \
+  -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29533 benchmarks/gpu_ranks_job.py --diverge \
+  > /tmp/out-ranks.txt 2>&1
+echo "ranks rc=$? $(( $(date +%s) - start )) s"
+tail -5 /tmp/out-ranks.txt
+cp /tmp/rec-ranks.jsonl "$OUT/ranks.jsonl"
+python3 - "$OUT/ranks.json" <<'PY'
+import glob, json, subprocess, sys
+rep = json.loads(subprocess.run([sys.executable, "-m", "ctmon", "report", "/tmp/rec-ranks.jsonl", "--json"],
+                                capture_output=True, text=True).stdout or "{}")
+json.dump(rep, open(sys.argv[1], "w"), indent=1)
+for r in rep.get("ranks") or []:
+    trace = {"compiles": 0, "recompiles": 0, "graph_breaks": 0}
+    for path in glob.glob(f"/tmp/tt-ranks/*_rank_{r['rank']}_*.log"):
+        for line in open(path, errors="replace"):
+            head = line[:400]
+            if '"compilation_metrics"' in head and '"bwd_compilation_metrics"' not in head:
+                trace["compiles"] += 1
+                if '"recompile_reason": "' in line or '"recompile_reason":"' in line:
+                    trace["recompiles"] += 1
+            if '"dynamo_graph_break_reason"' in head:
+                trace["graph_breaks"] += 1
+    print("rank", r["rank"], "ctmon", r["compile"], "steps", r["steps"], "gpu_mem_peak", r.get("gpu_mem_peak_bytes"),
+          "trace", trace)
+print("job", rep.get("compile"), "findings", [(f["severity"], f["title"]) for f in rep.get("findings") or []])
+PY
