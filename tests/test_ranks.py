@@ -88,15 +88,15 @@ def test_a_recompile_on_one_rank_is_a_critical_finding_naming_it(job):
     assert "drop_last=True" in f["fix"] and "collective" in f["detail"]
 
 
-async def _until(pilot: Any, app: Any, text: str, tries: int = 50) -> str:
-    """The screen once it shows ``text`` (or as it is after ``tries`` pauses)."""
+async def _until(pilot: Any, app: Any, *texts: str, tries: int = 60) -> str:
+    """The screen once it shows every one of ``texts`` (or as it is after ``tries`` pauses)."""
     from ctmon.tui.capture import screen_text
 
     shown = ""
     for _ in range(tries):
         await pilot.pause(0.05)
         shown = screen_text(app)
-        if text in shown:
+        if all(t in shown for t in texts):
             break
     return shown
 
@@ -115,9 +115,9 @@ def test_the_screen_lists_the_ranks_and_shows_one_when_chosen(job):
             await wait_loaded(pilot)
             before = screen_text(app)
             await pilot.press("r")
-            listed = await _until(pilot, app, " r1 ")
+            listed = await _until(pilot, app, " r0 ", " r1 ")
             await pilot.press("down", "down", "enter")  # all ranks -> rank 0 -> rank 1
-            return before, listed, await _until(pilot, app, "Frames · 1 · rank 1")
+            return before, listed, await _until(pilot, app, "Frames · 1 · rank 1", "showing rank 1 (r)")
 
     before, listed, chosen = asyncio.run(screens())
     assert "2 ranks" in before and "showing" not in before
@@ -313,3 +313,52 @@ def test_each_ranks_gpu_memory_is_its_own_processes():
         s.apply({"kind": "sample", "t": t, "gpus": gpus})
     rep = build_report(s)
     assert [r["gpu_mem_peak_bytes"] for r in rep["ranks"]] == [2 << 30, (3 << 30) + (1 << 20)]
+
+
+def test_a_killed_rank_is_named_with_its_signal_and_the_launchers_exit_is_ctmons(tmp_path):
+    launcher = ["--", "torchrun", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    run = record(tmp_path, [*launcher, "--master_port", str(free_port()), SCRIPT, "--die"], torch_trace=False)
+    assert run.returncode == 1  # torchrun's own exit code, passed through
+    rep = run.report()
+    assert rep["exit_code"] == 1
+    by = {r["rank"]: r for r in rep["ranks"]}
+    assert (by[1]["exit_code"], by[1]["exit_signal"]) == (-9, "SIGKILL")
+    assert (by[0]["exit_code"], by[0]["exit_signal"]) == (-15, "SIGTERM")  # torchrun stopped it
+    f = rep["findings"][0]
+    assert f["id"] == "rank-failed" and f["severity"] == "critical"
+    assert f["title"].startswith("Rank 1 was killed by SIGKILL (pid ")
+    assert "out-of-memory killer" in f["detail"] and "stopped rank 0" in f["detail"]
+    assert not [x for x in rep["findings"] if x["rule"] == "job-failed"]  # not torchrun's ChildFailedError
+
+
+def test_the_launchers_failure_summary_is_read():
+    from ctmon.store.launcher_failures import rank_failures
+
+    text = """Failures:
+[1]:
+  time      : 2026-11-25_13:37:33
+  host      : node-a
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 41)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_13:37:33
+  host      : node-b
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 42)  (SIGKILL)
+"""
+    first, other = rank_failures(text.splitlines())
+    assert (first.rank, first.local_rank, first.exit_code, first.pid, first.signal, first.host, first.first) == (
+        3,
+        1,
+        -9,
+        42,
+        "SIGKILL",
+        "node-b",
+        True,
+    )
+    assert (other.rank, other.exit_code, other.signal, other.first) == (2, 1, None, False)
+    assert rank_failures(["rank      : 1 (local_rank: 1)", "a line"]) == []

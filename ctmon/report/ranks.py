@@ -12,6 +12,7 @@ from typing import Any
 
 from ctmon.store import Session
 from ctmon.store.compiles import CompileState
+from ctmon.store.launcher_failures import rank_failures
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -91,7 +92,11 @@ def _finish(d: dict[str, Any]) -> dict[str, Any]:
 
 def rank_reports(s: Session) -> list[dict[str, Any]]:
     out = []
+    failed = (
+        {f.rank: f for f in rank_failures(x.text for x in s.output.lines if x.stream == "stderr")} if s.ranks else {}
+    )
     for r, rs in sorted(s.ranks.items()):
+        fail = failed.get(r)
         cs = rs.session.compile
         series = rs.session.steps.current
         st = series.stats() if series is not None else None
@@ -103,7 +108,9 @@ def rank_reports(s: Session) -> list[dict[str, Any]]:
                 "host": rs.host,
                 "pid": rs.pid,
                 "primary": r == s.primary_rank,
-                "exit_code": None,  # a rank is the launcher's child: its exit code is the launcher's to see
+                # a rank is the launcher's child: its exit status is what the launcher said of it
+                "exit_code": fail.exit_code if fail else None,
+                "exit_signal": fail.signal if fail else None,
                 "steps": {
                     "count": st.count if st else 0,
                     "source": rs.session.steps.source,

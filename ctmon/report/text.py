@@ -259,6 +259,11 @@ def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
             + (f" ({x['host']}, pid {x['pid']})" if x.get("host") else f" (pid {x['pid']})")
             + f": {steps}; {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} breaks; "
             f"FX cache {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss"
+            + (
+                f"; exit {x['exit_code']}" + (f" ({x['exit_signal']})" if x.get("exit_signal") else "")
+                if x.get("exit_code") is not None
+                else ""
+            )
             + ("  ← slowest" if x["rank"] == slowest else "")
         )
     return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ctmon.store.compiles import display_name
+from ctmon.store.launcher_failures import rank_failures
 
 if TYPE_CHECKING:
     from ctmon.store.ranks import RankState
@@ -60,6 +61,11 @@ def _compiling(rs: RankState, now: float) -> tuple[str, float] | None:
 
 def rank_statuses(s: Session, now: float) -> list[RankStatus]:
     compiling = {r: c for r, rs in s.ranks.items() if (c := _compiling(rs, now)) is not None}
+    failed = (
+        {f.rank: f for f in rank_failures(x.text for x in s.output.lines if x.stream == "stderr")}
+        if s.exit is not None
+        else {}
+    )
     out = []
     for r, rs in sorted(s.ranks.items()):
         series = rs.session.steps.current
@@ -69,6 +75,13 @@ def rank_statuses(s: Session, now: float) -> list[RankStatus]:
         cs = rs.session.compile
         fx = cs.cache.get("fx_graph")
         state, detail = _state(s, r, rs, now, n, p50, compiling)
+        fail = failed.get(r)
+        if fail is not None:
+            detail = (
+                f"exit {fail.exit_code}"
+                + (f" ({fail.signal})" if fail.signal else "")
+                + (", first to fail" if fail.first else "")
+            )
         out.append(
             RankStatus(
                 rank=r,

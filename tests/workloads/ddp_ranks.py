@@ -8,8 +8,11 @@ drop_last) and recompiles; the other ranks wait for it in the all-reduce.
 --slow-compile S: that recompile takes S seconds more (a backend that waits).
 --stall S: rank 1 sleeps S seconds at step 3 outside any compile (a hung
 data loader, say); the other ranks wait for it in the all-reduce.
+--die: rank 1 is killed (SIGKILL) at step 3, as the kernel's OOM killer would.
 """
 import argparse
+import os
+import signal
 import time
 
 import torch
@@ -24,6 +27,7 @@ parser.add_argument("--workers", type=int, default=1)
 parser.add_argument("--slow-compile", type=float, default=0.0)
 parser.add_argument("--stall", type=float, default=0.0)
 parser.add_argument("--step-sleep", type=float, default=0.0)
+parser.add_argument("--die", action="store_true")
 args = parser.parse_args()
 compiles = []
 
@@ -48,6 +52,8 @@ for step, (x,) in enumerate(loader):
         x = x[:5]  # RANK1-SHORT
     if args.stall and rank == 1 and step == 3:
         time.sleep(args.stall)  # RANK1-STALL
+    if args.die and rank == 1 and step == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # RANK1-KILLED
     time.sleep(args.step_sleep)
     ddp(x).sum().backward()
     opt.step()

@@ -19,6 +19,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.model import RANK_LIMIT, Finding
+from ctmon.store.launcher_failures import rank_failures
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
@@ -155,4 +156,60 @@ def rule_cache_divergence(s: Session) -> list[Finding]:
     return out
 
 
-RULES = (rule_compile_divergence, rule_cache_divergence)
+_KILLED = {
+    "SIGKILL": (
+        "killed by SIGKILL from outside the process: most often the kernel's out-of-memory killer (see dmesg "
+        "or the node's memory graph), or a scheduler's time or memory limit"
+    ),
+    "SIGSEGV": "crashed in native code (a segmentation fault in an extension, a kernel or the driver)",
+    "SIGABRT": "aborted in native code (a failed assertion, NCCL's watchdog after a collective timed out)",
+}
+
+
+def rule_rank_failed(s: Session) -> list[Finding]:
+    """A rank died and the launcher stopped the job: which, how, and what it means."""
+    if not s.ranks:
+        return []
+    fails = rank_failures(x.text for x in s.output.lines if x.stream == "stderr")
+    if not fails:
+        return []
+    first = fails[0]
+    how = (
+        f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+    ) + f" (pid {first.pid}{f', {first.host}' if first.host else ''})"
+    why = _KILLED.get(first.signal or "", "")
+    others = [f for f in fails[1:]]
+    return [
+        Finding(
+            id="rank-failed",
+            rule="rank-failed",
+            severity="critical",
+            title=f"Rank {first.rank} {how}; the launcher then stopped the job",
+            detail=(
+                f"The launcher saw rank {first.rank} fail first"
+                + (f": {why}." if why else ".")
+                + (
+                    f" It then stopped {_ranks_text([f.rank for f in others])} (their exits follow from it)."
+                    if others
+                    else ""
+                )
+            ),
+            evidence=[
+                f"rank {f.rank} (local {f.local_rank}): exit code {f.exit_code}"
+                + (f" ({f.signal})" if f.signal else "")
+                + f", pid {f.pid}"
+                + (" — first" if f.first else "")
+                for f in fails[:8]
+            ],
+            fix=(
+                "Look at that rank first: its own traceback in the output if it raised, the node's memory if it "
+                "was killed (a smaller batch, activation checkpointing, or fewer DataLoader workers per rank)."
+                if first.signal in (None, "SIGKILL")
+                else "Look at that rank first: its own output, and the node's logs for the signal."
+            ),
+            rank=RANK_LIMIT + 120,
+        )
+    ]
+
+
+RULES = (rule_compile_divergence, rule_cache_divergence, rule_rank_failed)

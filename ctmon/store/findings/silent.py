@@ -114,6 +114,8 @@ def rule_job_failed(s: Session) -> list[Finding]:
                 fix="Nothing to fix if the interruption was intended.",
             )
         ]
+    if exc is not None and "ChildFailedError" in exc.line and s.ranks:
+        return []  # the launcher's own traceback: the rank-failed finding says which rank, and how
     if exc is not None:
         top, user = exc.raised_at, exc.user_frame
         where = user or top
