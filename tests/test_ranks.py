@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import types
 from typing import Any
 
@@ -362,3 +363,14 @@ Root Cause (first observed failure):
     )
     assert (other.rank, other.exit_code, other.signal, other.first) == (2, 1, None, False)
     assert rank_failures(["rank      : 1 (local_rank: 1)", "a line"]) == []
+
+
+def test_a_launcher_that_runs_no_python_says_nothing_could_be_seen(tmp_path):
+    run = record(tmp_path, ["--", "bash", "-c", "echo started; exit 3"], torch_trace=False)
+    assert run.returncode == 3 and "started" in run.proc.stdout
+    (f,) = [f for f in run.report()["findings"] if f["rule"] == "no-process-reported"]
+    assert f["severity"] == "warning" and "bash -c echo started; exit 3" in f["detail"]
+    # a Python program ctmon reaches reports, and the finding stays away
+    ok = record(tmp_path / "py", ["--", sys.executable, "-c", "print('hi')"], torch_trace=False)
+    assert ok.returncode == 0
+    assert not [f for f in ok.report()["findings"] if f["rule"] == "no-process-reported"]

@@ -101,6 +101,7 @@ class Session:
         self.samples: deque[E.Sample] = deque(maxlen=SAMPLES_MAX)
         self.notes: list[E.Note] = []
         self.exit: ExitInfo | None = None
+        self.processes = 0  # agents' hellos: processes of the job that reported
         self.drops = {"steps": 0, "events": 0}
         self.events = 0
         self.bad_events = 0
@@ -340,6 +341,7 @@ class Session:
         self.rev["meta"] += 1
 
     def _on_process(self, ev: E.Process) -> None:
+        self.processes += 1
         if ev.pid is not None:
             self.meta.pid = ev.pid
         self.meta.python = nonempty(ev.python) or self.meta.python

@@ -295,4 +295,32 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-RULES = (rule_job_failed, rule_empty_graphs, rule_never_compiled)
+def rule_no_process_reported(s: Session) -> list[Finding]:
+    """ctmon ran the job and no process of it ever said hello: the command
+    started no Python program ctmon could hook (a shell script that runs a
+    binary, a Python started with -I or -S, a container launched from it)."""
+    if s.exit is None or s.meta.mode not in ("record", "attach") or s.processes or s.ranks:
+        return []
+    cmd = " ".join(s.meta.command)[:200] or "the job"
+    return [
+        Finding(
+            id="no-process-reported",
+            rule="no-process-reported",
+            severity="warning",
+            title="No Python process of the job reported to ctmon: nothing it compiled could be seen",
+            detail=(
+                f"ctmon ran `{cmd}`, and none of its processes loaded ctmon's hook. ctmon reaches a job's Python "
+                "processes through PYTHONPATH (a sitecustomize): a command that runs no Python, starts it isolated "
+                "(python -I, -S, -E), replaces its environment, or runs it in a container does not get it."
+            ),
+            evidence=[f"command: {cmd}", f"exit: {s.exit.status}"],
+            fix=(
+                "Give ctmon the Python program or its launcher itself (ctmon record -- torchrun ... train.py, "
+                "ctmon record train.py), or keep PYTHONPATH for the Python processes the command starts."
+            ),
+            rank=50,
+        )
+    ]
+
+
+RULES = (rule_job_failed, rule_empty_graphs, rule_never_compiled, rule_no_process_reported)
