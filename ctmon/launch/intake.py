@@ -30,7 +30,7 @@ from ctmon.wire.ring import RingError, RingReader, StepDecoder, StepRing
 Emit = Callable[[E.Event], None]
 # Kinds only the supervisor writes: an agent sending one is ignored (and a
 # viewer's refusal is never recorded).
-SUPERVISOR_KINDS = (E.SessionStart, E.Exit, E.Output, E.Sample, E.Steps, E.Refusal)
+SUPERVISOR_KINDS = (E.SessionStart, E.Exit, E.Output, E.Sample, E.Steps, E.Refusal, E.ProcessEnd)
 # Python's json module refuses integers of more than 4300 digits (CVE-2020-10735);
 # msgspec reads them. Lines with a digit run that long get the stdlib's verdict.
 _LONG_DIGITS = re.compile(rb"[0-9]{4300}")
@@ -51,6 +51,7 @@ class Agent:
         self.sock = sock
         self.splitter = protocol.LineSplitter()
         self.pid: int | None = execwatch.peer_pid(sock)  # who connected (None: the platform cannot say)
+        self.rank: int | None = None  # the rank its hello declared
 
 
 class Ring:
@@ -106,6 +107,8 @@ class Intake:
     def forget(self, a: Agent) -> None:
         if a in self.agents:
             self.agents.remove(a)
+            if a.rank is not None:  # a rank's process is gone: its state says so before the launcher's summary
+                self.emit(E.ProcessEnd(t=time.time(), pid=a.pid, rank=a.rank))
 
     def read(self, a: Agent) -> bool:
         """Take what the agent sent; False once it has closed (drop it)."""
@@ -123,7 +126,7 @@ class Intake:
         oversized = a.splitter.oversized
         for line in a.splitter.feed(data):
             try:
-                self._line(line)
+                self._line(line, a)
             except Exception as e:  # one bad event is skipped; the agent's next ones still count
                 self.peer_note(f"skipped an event from the job's agent ({type(e).__name__}: {e})")
         if a.splitter.oversized > oversized:
@@ -133,7 +136,7 @@ class Intake:
             )
         return True
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, line: bytes, a: Agent | None = None) -> None:
         # the one place an agent's bytes become an event: validated here, the
         # line is then recorded as it came (so the recording is what was sent)
         ev = self.decoder.decode(line)
@@ -154,8 +157,11 @@ class Intake:
             # that are not UTF-8: the recording gets U+FFFD there, so any JSON
             # reader can read every line of it
             line = line.decode("utf-8", "replace").encode("utf-8")
-        if isinstance(ev, E.Process) and ev.step_ring:
-            self._open_ring(ev.step_ring, ev.pid, ev.rank)
+        if isinstance(ev, E.Process):
+            if a is not None and ev.rank is not None:
+                a.rank = ev.rank
+            if ev.step_ring:
+                self._open_ring(ev.step_ring, ev.pid, ev.rank)
         # a kind this version does not know (a newer agent's) is recorded as
         # it came, for a newer viewer to read
         self.write_line(line + b"\n", ev)

@@ -12,7 +12,8 @@ its last step ended; this module reads that against the clock:
   compiles -- it waits for that rank in a collective;
 * ``stalled``: no step for a while, nothing compiling anywhere -- stuck in a
   collective, in data loading, or in its own code (py-spy dump --pid tells);
-* ``starting``: no step yet and no compile open; ``ended``: the job is over.
+* ``starting``: no step yet and no compile open; ``exited``: the rank's
+  process is gone while the job runs on; ``ended``: the job is over.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def _state(
 ) -> tuple[str, str]:
     if s.exit is not None:
         return "ended", ""
+    if rs.ended_t is not None:
+        return "exited", f"{max(0.0, now - rs.ended_t):.0f} s ago"
     mine = compiling.get(r)
     if mine is not None:
         return "compiling", f"{mine[0]} for {mine[1]:.0f} s"

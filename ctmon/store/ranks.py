@@ -38,6 +38,7 @@ class RankState:
     first_t: float | None = None  # its hello
     last_t: float | None = None  # the last event it sent
     gpu_mem_peak: int | None = None  # its process's GPU memory, summed over devices, at its highest
+    ended_t: float | None = None  # its agent's connection closed (the process ended)
 
     def saw_gpus(self, gpus: list[E.GpuSample]) -> None:
         pid = self.pid
@@ -54,6 +55,7 @@ class RankState:
         self.host = ev.host or self.host
         self.pid = ev.pid if ev.pid is not None else self.pid
         self.job = ev.job or self.job
+        self.ended_t = None  # a hello after an end: the same process, exec'd into another program
         if self.first_t is None and ev.t > 0:
             self.first_t = ev.t
 

@@ -135,6 +135,7 @@ class Session:
             E.DeviceTime: self._on_device_time,
             E.Generation: self._on_generation,
             E.LibraryLog: self._on_library_log,
+            E.ProcessEnd: self._on_process_end,
             E.Drops: self._on_drops,
             E.Note: self._on_note,
             E.Output: self._on_output,
@@ -189,6 +190,10 @@ class Session:
             rs = self.ranks.get(rank)
             if rs is None:
                 return False  # no process declared that rank: the job's own event
+        if type(ev) is E.ProcessEnd:
+            rs.ended_t = ev.t
+            self.rev["rank_compiles"] += 1  # news: show it at once
+            return True
         rs.session.apply(ev)
         if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
             rs.last_t = ev.t
@@ -438,6 +443,9 @@ class Session:
         if len(logs) < LIBRARY_LOGS_MAX and (ev.file, ev.line) not in logs:
             logs[(ev.file, ev.line)] = ev
             self.rev["compile"] += 1
+
+    def _on_process_end(self, ev: E.ProcessEnd) -> None:
+        pass  # a rank's end is its store's (see _to_rank); the job's own processes end with the job
 
     def _on_drops(self, ev: E.Drops) -> None:
         if ev.steps is not None and ev.steps > self.drops["steps"]:

@@ -31,6 +31,7 @@ STATE_STYLE = {
     "stalled": "bold red",
     "starting": "dim",
     "ended": "cyan",
+    "exited": "bold red",
 }
 
 

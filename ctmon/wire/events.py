@@ -319,6 +319,13 @@ class LibraryLog(Ranked, tag="library_log"):
     line: int | None = None
 
 
+class ProcessEnd(Ranked, tag="process_end"):
+    """The supervisor: a rank's agent connection closed -- the process ended
+    (or exec'd: a new hello with the same pid follows)."""
+
+    pid: int | None = None
+
+
 class Drops(Ranked, tag="drops", omit_defaults=False):
     steps: int | None = None
     events: int | None = None
@@ -404,6 +411,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     DeviceTime,
     Generation,
     LibraryLog,
+    ProcessEnd,
     Drops,
     Note,
     Output,
