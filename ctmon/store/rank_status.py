@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 STALL_MIN_S = 3.0  # never call a rank stalled sooner than this
 STALL_STEPS = 5.0  # ... nor before this many of its usual steps have gone by
+USUAL_CAP_MS = 2000.0  # a last step that paid a compile is not a usual one
 
 
 @dataclass
@@ -60,7 +61,11 @@ def _compiling(rs: RankState, now: float) -> tuple[str, float] | None:
     return name, max(0.0, now - start.t)
 
 
-def rank_statuses(s: Session, now: float) -> list[RankStatus]:
+def rank_statuses(s: Session, now: float, figures: bool = True) -> list[RankStatus]:
+    """Every rank's state; ``figures``: also each rank's median step (what
+    the ranks view shows -- a statistic over its steps, so the header, which
+    needs the states once a second for up to hundreds of ranks, goes without:
+    it judges a stall by the rank's last step instead)."""
     compiling = {r: c for r, rs in s.ranks.items() if (c := _compiling(rs, now)) is not None}
     failed = (
         {f.rank: f for f in rank_failures(x.text for x in s.output.lines if x.stream == "stderr")}
@@ -71,11 +76,12 @@ def rank_statuses(s: Session, now: float) -> list[RankStatus]:
     for r, rs in sorted(s.ranks.items()):
         series = rs.session.steps.current
         n = len(series) if series is not None else 0
-        p50 = series.p50_estimate() if series is not None and n >= 2 else None
+        p50 = series.p50_estimate() if figures and series is not None and n >= 2 else None
         last = series.last_interval_ms() if series is not None and n >= 2 else None
         cs = rs.session.compile
         fx = cs.cache.get("fx_graph")
-        state, detail = _state(s, r, rs, now, n, p50, compiling)
+        usual = p50 if figures else (min(last, USUAL_CAP_MS) if last is not None else None)
+        state, detail = _state(s, r, rs, now, n, usual, compiling)
         fail = failed.get(r)
         if fail is not None:
             detail = (

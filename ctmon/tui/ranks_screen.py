@@ -66,7 +66,7 @@ def ranks_summary(ctx: ViewContext) -> str | None:
         return None
     now = ctx.now() or s.last_t or 0.0
     states: dict[str, int] = {}
-    for x in rank_statuses(s, now):
+    for x in rank_statuses(s, now, figures=False):
         states[x.state] = states.get(x.state, 0) + 1
     busy = [f"{n} {st}" for st, n in sorted(states.items()) if st not in ("stepping", "ended")]
     shown = f" · showing rank {ctx.rank} (r)" if ctx.rank is not None else ""
