@@ -11,15 +11,14 @@ collective would time out.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
 
 import pytest
-from helpers import ROOT, workload
+from helpers import workload
 from test_ranks import free_port
-from test_tui_e2e import PROMPT, Tmux
+from test_tui_e2e import Tmux
 
 SCRIPT = workload("ddp_ranks.py")
 
@@ -27,19 +26,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 
 def _start(tm: Tmux, rec: str, *job_args: str) -> None:
-    env_pass = {
-        "CTMON_RUNTIME_DIR": os.environ["CTMON_RUNTIME_DIR"],
-        "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"],
-        "PYTHONPATH": ROOT,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    args = ["new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36"]
-    for k, v in env_pass.items():
-        args += ["-e", f"{k}={v}"]
-    tm(*args, "bash --norc --noprofile")
-    tm("send-keys", "-t", "e2e", f"export PS1='{PROMPT}'; cd {ROOT} && clear", "Enter")
-    tm.wait_for(lambda s: PROMPT.strip() in s, 15, "the shell prompt")
+    tm.start_shell(120, 36)
     launcher = f"torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port {free_port()}"
     cmd = f"{sys.executable} -m ctmon attach -o {rec} -- {launcher} {SCRIPT} {' '.join(job_args)}"
     tm("send-keys", "-t", "e2e", cmd, "Enter")

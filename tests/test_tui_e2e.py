@@ -63,6 +63,24 @@ class Tmux:
             time.sleep(0.25)
         raise AssertionError(f"timed out waiting for {what}; the screen was:\n{text}")
 
+    def start_shell(self, width: int, height: int) -> None:
+        """A bash in a fresh session of that size, with the test's ctmon environment, at the prompt in ROOT."""
+        env_pass = {
+            "CTMON_RUNTIME_DIR": os.environ["CTMON_RUNTIME_DIR"],
+            "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"],
+            "PYTHONPATH": ROOT,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+            env_pass["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        args = ["new-session", "-d", "-s", "e2e", "-x", str(width), "-y", str(height)]
+        for k, v in env_pass.items():
+            args += ["-e", f"{k}={v}"]
+        self(*args, "bash --norc --noprofile")
+        self("send-keys", "-t", "e2e", f"export PS1='{PROMPT}'; cd {ROOT} && clear", "Enter")
+        self.wait_for(lambda s: PROMPT.strip() in s, 15, "the shell prompt")
+
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
         if self.dir.startswith("/tmp/ctx-"):
@@ -97,23 +115,9 @@ def test_attach_live_then_q_stops_the_job(tmp_path) -> None:  # type: ignore[no-
     tmux_dir = tmp_path / "tmux"
     tmux_dir.mkdir()
     tm = Tmux(str(tmux_dir))
-    env_pass = {
-        "CTMON_RUNTIME_DIR": os.environ["CTMON_RUNTIME_DIR"],
-        "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"],
-        "PYTHONPATH": ROOT,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        env_pass["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     job_pid = None
     try:
-        args = ["new-session", "-d", "-s", "e2e", "-x", "160", "-y", "48"]
-        for k, v in env_pass.items():
-            args += ["-e", f"{k}={v}"]
-        tm(*args, "bash --norc --noprofile")
-        tm("send-keys", "-t", "e2e", f"export PS1='{PROMPT}'; cd {ROOT} && clear", "Enter")
-        tm.wait_for(lambda s: PROMPT.strip() in s, 15, "the shell prompt")
+        tm.start_shell(160, 48)
         tm("send-keys", "-t", "e2e", f"{sys.executable} -m ctmon attach -o {rec} {WORKLOAD} 90", "Enter")
 
         where = f"tui_slow_recompiles.py:{_break_line()}"

@@ -17,6 +17,7 @@ declared (PyTorch's trace says rank 0 in a one-process group) is the job's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,3 +66,37 @@ def is_primary(ev: E.Process) -> bool:
     if ev.local_rank is not None:
         return ev.local_rank == 0
     return ev.rank == 0
+
+
+# another rank's compile is news a viewer shows at once; its steps are not
+_COMPILE_KINDS = (E.CompileStart, E.Compile, E.GraphBreak, E.RecompileReasons, E.CacheResult)
+
+
+def route(s: Session, ev: E.Ranked, rank: int, new_store: Callable[[], Session]) -> bool:
+    """Fold a rank's event into that rank's store; True when the job's own
+    session ``s`` is to leave it there (it is not the primary rank's)."""
+    if type(ev) is E.Process:
+        rs = s.ranks.get(rank)
+        if rs is None:
+            rs = s.ranks[rank] = RankState(rank, new_store())
+        rs.declare(ev)
+        if s.primary_rank is None and is_primary(ev):
+            s.primary_rank = rank
+        s.rev["ranks"] += 1
+    else:
+        found = s.ranks.get(rank)
+        if found is None:
+            return False  # no process declared that rank: the job's own event
+        rs = found
+    if type(ev) is E.ProcessEnd:
+        rs.ended_t = ev.t
+        s.rev["rank_compiles"] += 1  # news: show it at once
+        return True
+    rs.session.apply(ev)
+    if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
+        rs.last_t = ev.t
+    if rank != s.primary_rank:
+        s.rev["rank_compiles" if type(ev) in _COMPILE_KINDS else "ranks"] += 1
+        return True
+    # the primary rank's hello names the job only where no launcher did
+    return type(ev) is E.Process and s.meta.pid is not None

@@ -13,17 +13,16 @@ way in. ``apply`` never raises, which the fuzz tests check.
 from __future__ import annotations
 
 import copy
-import signal as _signal
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, cast
 
 from ctmon.store.compiles import CompileState
 from ctmon.store.generation import GenerationState
 from ctmon.store.output import OutputBuffer
-from ctmon.store.ranks import RankState, is_primary
+from ctmon.store.ranks import RankState, route
+from ctmon.store.records import ExitInfo, LogEntry, Meta
 from ctmon.store.steps import StepClock
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
@@ -34,59 +33,6 @@ LOG_MAX = 5000
 STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 LIBRARY_LOGS_MAX = 500
-_COMPILE_KINDS = (E.CompileStart, E.Compile, E.GraphBreak, E.RecompileReasons, E.CacheResult)
-
-
-@dataclass(slots=True)
-class LogEntry:
-    t: float
-    kind: str  # compile | recompile | graph_break | cache | limit | note | exit | error
-    text: str
-    severity: str = "info"  # info | warning | critical
-    ref: Any = None  # compile id, break site key, ...
-
-
-@dataclass
-class Meta:
-    session_id: str | None = None
-    command: list[str] = field(default_factory=list)
-    cwd: str | None = None
-    host: str | None = None
-    mode: str | None = None
-    ctmon_version: str | None = None
-    protocol_version: int | None = None
-    supervisor_pid: int | None = None
-    pid: int | None = None
-    python: str | None = None
-    torch: str | None = None
-    cuda: str | None = None
-    triton: str | None = None
-    devices: list[E.CudaDevice] = field(default_factory=list)
-    cache_dir: str | None = None
-    cache_entries: dict[str, int] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    start_t: float | None = None
-    recording: str | None = None
-    gpu_error: str | None = None  # why there are no GPU samples (no NVML, no GPU)
-
-
-@dataclass
-class ExitInfo:
-    code: int | None
-    signal: str | None
-    t: float
-
-    @property
-    def status(self) -> int:
-        """Shell-style status: the code, or 128 + signal number."""
-        if self.code is not None:
-            return self.code
-        if self.signal:
-            try:
-                return 128 + int(getattr(_signal, self.signal))
-            except (AttributeError, TypeError, ValueError):
-                return 128
-        return 1
 
 
 class Session:
@@ -174,35 +120,9 @@ class Session:
             self.bad_events += 1
 
     def _to_rank(self, ev: E.Ranked, rank: int) -> bool:
-        """Fold a rank's event into that rank's store; True when the job's own
-        session is to leave it there (it is not the primary rank's)."""
-        if type(ev) is E.Process:
-            rs = self.ranks.get(rank)
-            if rs is None:
-                child = Session()
-                child.routes_ranks = False
-                rs = self.ranks[rank] = RankState(rank, child)
-            rs.declare(ev)
-            if self.primary_rank is None and is_primary(ev):
-                self.primary_rank = rank
-            self.rev["ranks"] += 1
-        else:
-            rs = self.ranks.get(rank)
-            if rs is None:
-                return False  # no process declared that rank: the job's own event
-        if type(ev) is E.ProcessEnd:
-            rs.ended_t = ev.t
-            self.rev["rank_compiles"] += 1  # news: show it at once
-            return True
-        rs.session.apply(ev)
-        if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
-            rs.last_t = ev.t
-        if rank != self.primary_rank:
-            # another rank's compile is news a viewer shows at once; its steps are not
-            self.rev["rank_compiles" if type(ev) in _COMPILE_KINDS else "ranks"] += 1
-            return True
-        # the primary rank's hello names the job only where no launcher did
-        return type(ev) is E.Process and self.meta.pid is not None
+        """A rank's event to that rank's store (ctmon/store/ranks.py); True
+        when the job's own session is to leave it there."""
+        return route(self, ev, rank, _rank_store)
 
     def _typed(self, obj: dict[str, Any]) -> E.Event | None:
         kind = obj.get("kind")
@@ -552,3 +472,10 @@ def _first_line(text: str | None, limit: int = 200) -> str:
         return ""
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line[:limit]
+
+
+def _rank_store() -> Session:
+    """A rank's own store: it takes its events as they come."""
+    child = Session()
+    child.routes_ranks = False
+    return child
