@@ -17,11 +17,13 @@ import sys
 _started = False
 
 
-def start() -> None:
+def start(pending: bool = False) -> None:
     """Connect to the supervisor and install the hooks; never raises.
 
     Once per process image: a second import of the hook (user code that
-    imports ``sitecustomize`` again) finds the agent running."""
+    imports ``sitecustomize`` again) finds the agent running. A *pending*
+    agent (a child that may still become a rank: ctmon/agent/pending.py)
+    connects only once it knows its rank, and keeps what it saw until then."""
     global _started
     path = os.environ.get("CTMON_AGENT_SOCKET")
     if not path or _started:
@@ -33,12 +35,17 @@ def start() -> None:
         from ctmon.agent.core import Agent
         from ctmon.agent.torch_hooks import watch_torch_import
 
-        sock = connect(path)
-        if sock is None:
-            sys.stderr.write("ctmon: could not reach the monitor; running without it\n")
-            return
-        agent = Agent(sock)
-        agent.start(os.environ.get("CTMON_SESSION_DIR"))
+        if pending:
+            from ctmon.agent.pending import start_pending
+
+            agent = start_pending(path, os.environ.get("CTMON_SESSION_DIR"))
+        else:
+            sock = connect(path)
+            if sock is None:
+                sys.stderr.write("ctmon: could not reach the monitor; running without it\n")
+                return
+            agent = Agent(sock)
+            agent.start(os.environ.get("CTMON_SESSION_DIR"))
         watch_torch_import(agent)
         agent.hook_exec()  # events queued before an os.execv are sent first
         # Registered before any user code: runs after the job's own handlers.

@@ -50,6 +50,10 @@ class Channel:
         self._reported_drops = 0
         self._lock = threading.Lock()  # serialises flushes (sender vs atexit)
         self.rank: int | None = None  # stamped on every event: this process is that rank
+        # While set, records are kept, not sent: called before each flush, it
+        # returns True until the process knows it is a rank and has connected
+        # (ctmon/agent/pending.py).
+        self.hold: Callable[[], bool] | None = None
 
     # ---- called on the job's threads: must stay O(1) and never raise ----
 
@@ -124,6 +128,9 @@ class Channel:
 
     def _flush(self) -> None:
         with self._lock:
+            hold = self.hold
+            if hold is not None and hold():
+                return
             events: list[protocol.Event] = []
             records = self.records
             n = len(records)

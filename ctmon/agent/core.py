@@ -16,6 +16,7 @@ from typing import Any
 from ctmon import _api
 from ctmon.agent.channel import Channel
 from ctmon.agent.generation import GenerationWatch
+from ctmon.agent.rank_info import RankInfo, initialised_rank, launched_rank
 from ctmon.agent.steps import StepClock
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.wire import protocol
@@ -59,7 +60,7 @@ class Agent:
 
     def _periodic(self) -> list[protocol.Event]:
         out: list[protocol.Event] = []
-        for hook in self._periodic_hooks:
+        for hook in list(self._periodic_hooks):  # a hook may remove itself
             try:
                 out.extend(hook())
             except Exception:
@@ -72,20 +73,40 @@ class Agent:
         self.channel.put(("event", event), urgent)
 
     def start(self, session_dir: str | None = None) -> None:
-        hello = process_event(self.anchor_ns, self.anchor_wall)
-        if session_dir:
-            try:
-                path, ring = _create_ring(session_dir)
-                self.clock.attach_ring(ring)
-                hello["step_ring"] = path
-            except OSError as e:
-                hello["step_ring_error"] = e.strerror or str(e)
         # Sent before any user code runs, so the supervisor knows the ring
         # before the first step can be written into it.
-        self.channel.send_now(hello)
+        self.channel.send_now(self.hello(session_dir))
         self.channel.start()
         os.register_at_fork(after_in_child=self.channel.after_fork_in_child)
         _api._step_impl = self.clock.api_step
+        if self.channel.rank is None:
+            # a process that becomes a rank only when it initialises a
+            # process group (Lightning's first process) says so then
+            self._periodic_hooks.append(self._rank_once_initialised)
+
+    def hello(self, session_dir: str | None, rank: RankInfo | None = None, later: bool = False) -> protocol.Event:
+        """This process's ``process`` event, with a fresh step ring (attached
+        now, or at the job's next boundary when ``later``)."""
+        hello = process_event(self.anchor_ns, self.anchor_wall, rank)
+        if session_dir:
+            try:
+                path, ring = _create_ring(session_dir)
+                if later:
+                    self.clock.attach_later(ring)
+                else:
+                    self.clock.attach_ring(ring)
+                hello["step_ring"] = path
+            except OSError as e:
+                hello["step_ring_error"] = e.strerror or str(e)
+        return hello
+
+    def _rank_once_initialised(self) -> list[protocol.Event]:
+        rank = initialised_rank()
+        if rank is None:
+            return []
+        self._periodic_hooks.remove(self._rank_once_initialised)
+        self.channel.rank = rank.rank
+        return [process_event(self.anchor_ns, self.anchor_wall, rank)]
 
     def close(self) -> None:
         _api._step_impl = None
@@ -167,8 +188,11 @@ def ring_capacity() -> int:
     return DEFAULT_CAPACITY
 
 
-def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
-    rank = own_rank()
+def process_event(anchor_ns: int, anchor_wall: float, rank: RankInfo | None = None) -> protocol.Event:
+    """The hello; ``rank`` when the process learnt it from its process group,
+    else the one its launcher gave it (RANK, WORLD_SIZE), if any."""
+    if rank is None:
+        rank = launched_rank()
     ev: protocol.Event = {
         "kind": protocol.PROCESS,
         "t": anchor_wall,
@@ -181,11 +205,11 @@ def process_event(anchor_ns: int, anchor_wall: float) -> protocol.Event:
         "clock": {"perf_ns": anchor_ns, "wall": anchor_wall},
     }
     if rank is not None:
-        ev["rank"] = rank
-        for key, var in (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
-            value = os.environ.get(var, "")
-            if value.isdigit():
-                ev[key] = int(value)
+        ev["rank"] = rank.rank
+        if rank.world_size is not None:
+            ev["world_size"] = rank.world_size
+        if rank.local_rank is not None:
+            ev["local_rank"] = rank.local_rank
         ev["host"] = protocol.clip(socket.gethostname(), 255)
         job = job_identity()
         if job:
@@ -205,5 +229,5 @@ def job_identity() -> str | None:
 
 def own_rank() -> int | None:
     """This process's rank, when a launcher started it as one (RANK, WORLD_SIZE)."""
-    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
-    return int(rank) if rank.isdigit() and world.isdigit() else None
+    rank = launched_rank()
+    return rank.rank if rank is not None else None

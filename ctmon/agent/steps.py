@@ -130,10 +130,17 @@ class StepClock:
         self._hdr: Any = [0] * 8
         self._mask = 0
         self._w = 0
+        self._later: StepRing | None = None  # a ring to swap in at the next boundary
 
     def attach_ring(self, ring: StepRing) -> None:
         self._slots, self._hdr, self._mask = ring.slots, ring.header, ring.mask
         self._w = int(ring.header[W_INDEX])
+
+    def attach_later(self, ring: StepRing) -> None:
+        """Attach ``ring`` from another thread: the job's own thread swaps it
+        in at its next boundary, so no boundary ever mixes two rings."""
+        self._later = ring
+        self._next_check = 0
 
     # ---- the hot path ----
 
@@ -141,6 +148,8 @@ class StepClock:
         t = _now()
         if self.ch.disabled or rank < self.rank:
             return
+        if t >= self._next_check:
+            self._check(t)
         if rank != self.rank:
             self._switch(rank)
         w = self._w
@@ -150,8 +159,6 @@ class StepClock:
         self._hdr[W_INDEX] = w  # publish after the slot is written
         idx = self.count
         self.count = idx + 1
-        if t >= self._next_check:
-            self._check(t)
         timer = self.timer
         if timer is not None:
             timer.boundary(idx, t)
@@ -170,6 +177,13 @@ class StepClock:
 
     def _check(self, t: int) -> None:
         self._next_check = t + CUDA_CHECK_NS
+        later = self._later
+        if later is not None:
+            # a rank claimed late (ctmon/agent/pending.py): its steps count
+            # from here, in its own ring, under the source marked anew
+            self._later = None
+            self.attach_ring(later)
+            self.rank = -1
         if self.timer is None:
             try:
                 timer = self.probe_device()

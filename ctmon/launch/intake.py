@@ -160,6 +160,7 @@ class Intake:
         if isinstance(ev, E.Process):
             if a is not None and ev.rank is not None:
                 a.rank = ev.rank
+                self._ranked_late(ev.pid, ev.rank)
             if ev.step_ring:
                 self._open_ring(ev.step_ring, ev.pid, ev.rank)
         # a kind this version does not know (a newer agent's) is recorded as
@@ -167,6 +168,15 @@ class Intake:
         self.write_line(line + b"\n", ev)
 
     # ------------------------------------------------------------ step rings
+
+    def _ranked_late(self, pid: int | None, rank: int) -> None:
+        """A process that learnt its rank after its hello (it initialised a
+        process group): its steps from now on are that rank's."""
+        mine = [r for r in self.rings if r.pid == pid and r.rank is None]
+        if mine:
+            self.drain_rings()  # what it stepped before stays the job's own
+            for r in mine:
+                r.rank = rank
 
     def _open_ring(self, path: str, pid: int | None = None, rank: int | None = None) -> None:
         # Only rings inside our own private session directory.

@@ -13,13 +13,18 @@ rank 0 on one node -- plus the events of processes that are no rank (the
 launcher). Job-wide totals are sums over the ranks (ctmon/report/build.py).
 A rank is known from its ``process`` event; an event naming a rank no process
 declared (PyTorch's trace says rank 0 in a one-process group) is the job's.
+
+The job's own process may turn into a rank only when it initialises a
+process group (Lightning's first process is rank 0): what it compiled before
+then came without a rank, and is kept (bounded) until a rank is declared, so
+that rank's store starts with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctmon.wire import events as E
 
@@ -68,6 +73,50 @@ def is_primary(ev: E.Process) -> bool:
     return ev.rank == 0
 
 
+# what a process that becomes a rank late compiled before: its rank's too
+KEPT_UNTIL_RANKED = (
+    E.CompileCall,
+    E.CompileStart,
+    E.Compile,
+    E.BwdCompile,
+    E.RecompileReasons,
+    E.GraphBreak,
+    E.CacheResult,
+    E.Autotune,
+    E.Cudagraph,
+    E.LibraryLog,
+)
+KEPT_MAX = 20_000  # a long job that never becomes a rank stops keeping
+
+
+def keeping(s: Session, handler: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``handler``, keeping the rank-less events it folds until a rank is declared."""
+
+    def fold(ev: Any) -> None:
+        kept = s.unranked
+        if kept is not None and ev.rank is None:
+            if len(kept) < KEPT_MAX:
+                kept.append(ev)
+            else:
+                s.unranked = None
+        handler(ev)
+
+    return fold
+
+
+def _adopt(s: Session, rs: RankState, ev: E.Process) -> None:
+    """The job's own process declared a rank: what it did before is that rank's.
+
+    Only when it is the primary rank: the job's session already counts the
+    primary's events once, so the rank's store gets them without a double."""
+    if ev.pid is None or ev.pid != s.meta.pid:
+        return  # another process's hello (a launcher's rank): keep waiting
+    kept, s.unranked = s.unranked, None
+    if kept and s.primary_rank == rs.rank:
+        for old in kept:
+            rs.session.apply(old)
+
+
 # another rank's compile is news a viewer shows at once; its steps are not
 _COMPILE_KINDS = (E.CompileStart, E.Compile, E.GraphBreak, E.RecompileReasons, E.CacheResult)
 
@@ -93,6 +142,8 @@ def route(s: Session, ev: E.Ranked, rank: int, new_store: Callable[[], Session])
         s.rev["rank_compiles"] += 1  # news: show it at once
         return True
     rs.session.apply(ev)
+    if type(ev) is E.Process and s.unranked is not None:
+        _adopt(s, rs, ev)
     if ev.t > 0 and (rs.last_t is None or ev.t > rs.last_t):
         rs.last_t = ev.t
     if rank != s.primary_rank:

@@ -21,7 +21,7 @@ from typing import Any, cast
 from ctmon.store.compiles import CompileState
 from ctmon.store.generation import GenerationState
 from ctmon.store.output import OutputBuffer
-from ctmon.store.ranks import RankState, route
+from ctmon.store.ranks import KEPT_UNTIL_RANKED, RankState, keeping, route
 from ctmon.store.records import ExitInfo, LogEntry, Meta
 from ctmon.store.steps import StepClock
 from ctmon.store.values import nonempty
@@ -88,6 +88,11 @@ class Session:
             E.Sample: self._on_sample,
             E.Exit: self._on_exit,
         }
+        # what the job's own process compiled before it knew it was a rank
+        # (ctmon/store/ranks.py: kept_until_ranked)
+        self.unranked: list[E.Ranked] | None = []
+        for kind in KEPT_UNTIL_RANKED:
+            self._handlers[kind] = keeping(self, self._handlers[kind])
 
     # ---- folding ----
 
@@ -478,4 +483,5 @@ def _rank_store() -> Session:
     """A rank's own store: it takes its events as they come."""
     child = Session()
     child.routes_ranks = False
+    child.unranked = None
     return child

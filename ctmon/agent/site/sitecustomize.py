@@ -42,6 +42,48 @@ def monitored() -> bool:
     return True
 
 
+def may_become_rank() -> bool:
+    """A quiet child that may still turn out to be a rank: one started by
+    ``mp.spawn`` / ``start_processes`` or a Lightning-style re-exec of the
+    script, whose rank is known only once it calls ``init_process_group``.
+    Not a child of a rank (its DataLoader workers), not Inductor's compile
+    workers. Such a process gets a pending agent when it imports torch
+    (ctmon/agent/pending.py); one that never initialises a process group
+    (a spawned DataLoader worker) never sends a byte."""
+    if not os.environ.get(ENV_SOCKET) or os.environ.get(ENV_RANK):
+        return False
+    argv = " ".join(getattr(sys, "orig_argv", sys.argv))
+    return "compile_worker" not in argv
+
+
+class _TorchTrigger:
+    """Starts the pending agent at the process's own ``import torch``: a
+    process that never imports torch pays one string compare per import."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            _start_agent(pending=True)
+        except BaseException as exc:  # noqa: BLE001 - never keep torch from importing
+            try:
+                sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
+            except Exception:
+                pass
+        # the agent's own import watcher now stands first: let it see torch
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    return spec
+        return None
+
+
 def launched_rank() -> "str | None":
     """The rank a distributed launcher gave this process, if it gave one."""
     rank = os.environ.get("RANK", "")
@@ -60,7 +102,7 @@ def _is_here(p: str) -> bool:
         return False
 
 
-def _start_agent() -> None:
+def _start_agent(pending: bool = False) -> None:
     # ctmon may run from a source tree that is not on the job's sys.path: put
     # it there just long enough to import the agent (submodules imported
     # later are found through the package, not sys.path).
@@ -73,7 +115,7 @@ def _start_agent() -> None:
             sys.path.remove(root)
         except ValueError:
             pass
-    start()
+    start(pending)
 
 
 def _chain_user_sitecustomize() -> None:
@@ -98,6 +140,8 @@ def _main() -> None:
     try:
         if monitored():
             _start_agent()
+        elif may_become_rank():
+            sys.meta_path.insert(0, _TorchTrigger())
     except BaseException as exc:  # noqa: BLE001 - never keep the job from starting
         try:
             sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
