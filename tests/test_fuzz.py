@@ -265,6 +265,7 @@ TEMPLATES: dict[str, dict] = {
         "ms": 2.0,
     },
     "library_log": {"logger": "transformers", "level": "WARNING", "message": "m", "file": "f.py", "line": 3},
+    "uncaught": {"type": "ValueError", "message": "m", "file": "f.py", "line": 3, "fn": "main", "rank": 1},
     "process_end": {"pid": 12, "rank": 1},
     "drops": {"steps": 1, "events": 1},
     "note": {"level": "warning", "source": "ctmon", "message": "m"},

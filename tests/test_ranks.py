@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 import pytest
-from helpers import read_torch_trace, record, workload
+from helpers import ctmon, read_torch_trace, record, workload
 
 from ctmon.store import Session
 from ctmon.wire.recording import read_recording
@@ -389,3 +389,46 @@ def test_a_launcher_that_runs_no_python_says_nothing_could_be_seen(tmp_path):
     ok = record(tmp_path / "py", ["--", sys.executable, "-c", "print('hi')"], torch_trace=False)
     assert ok.returncode == 0
     assert not [f for f in ok.report()["findings"] if f["rule"] == "no-process-reported"]
+
+
+FAULTS = workload("rank_faults.py")
+
+
+def _faulty_job(tmp_path: Any, flag: str) -> Any:
+    launcher = ["--", "torchrun", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    return record(tmp_path, [*launcher, "--master_port", str(free_port()), FAULTS, flag], torch_trace=False)
+
+
+def test_a_rank_that_dies_at_import_is_named_with_its_exception_and_line(tmp_path):
+    run = _faulty_job(tmp_path, "--import-error")
+    assert run.returncode == 1
+    rep = run.report()
+    f = rep["findings"][0]
+    assert f["id"] == "rank-failed" and f["severity"] == "critical"
+    line = _marked_line(FAULTS, "RANK1-IMPORT")
+    assert f["title"] == (
+        "Rank 1 raised ModuleNotFoundError: No module named 'a_module_this_rank_lacks' "
+        f"at {FAULTS}:{line}; the launcher then stopped the job"
+    )
+    assert (f["file"], f["line"]) == (FAULTS, line)
+    # the end-of-run summary is that one line, not the launcher's traceback
+    assert f"ctmon: CRITICAL: {f['title']}" in run.proc.stderr
+    assert {r["rank"]: r["exit_code"] for r in rep["ranks"]}[1] == 1
+
+
+def test_a_rank_that_execs_a_program_that_is_not_python_gets_a_note(tmp_path):
+    run = _faulty_job(tmp_path, "--exec")
+    assert run.returncode == 0 and "rank 1 now a shell" in run.proc.stdout
+    rep = run.report()
+    by = {r["rank"]: r for r in rep["ranks"]}
+    assert by[0]["compile"]["compiles"] == by[1]["compile"]["compiles"] == 1  # what it did before is kept
+    (note,) = [n for n in rep["notes"] if n["level"] == "warning"]
+    assert note["message"].startswith(f"rank 1 (pid {by[1]['pid']}) replaced itself with a program ctmon cannot follow")
+    assert "/bin/sh -c sleep 2" in note["message"]
+    assert "ctmon: WARNING: rank 1 (pid" in run.proc.stderr  # said at the end of the run
+    assert "Notes\n  warning: rank 1" in ctmon("report", run.recording).stdout
+
+
+def _marked_line(path: str, mark: str) -> int:
+    with open(path) as f:
+        return next(i for i, text in enumerate(f, 1) if mark in text)

@@ -19,6 +19,7 @@ from ctmon.agent.generation import GenerationWatch
 from ctmon.agent.rank_info import RankInfo, initialised_rank, launched_rank
 from ctmon.agent.steps import StepClock
 from ctmon.agent.trace_convert import TraceConverter
+from ctmon.agent.uncaught import uncaught_event
 from ctmon.wire import protocol
 from ctmon.wire.ring import DEFAULT_CAPACITY, StepRing
 
@@ -112,6 +113,9 @@ class Agent:
         _api._step_impl = None
         try:
             self.generation.flush()
+            ev = uncaught_event()
+            if ev is not None:
+                self.channel.put(("event", ev))
         except Exception:
             pass
         self.channel.close()

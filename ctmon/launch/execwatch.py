@@ -8,7 +8,9 @@ that simply stopped compiling, so the recording gets a note.
 
 The signs: the job's agent connection closed, the process still runs with a
 different command line, and no new agent came from its pid within a grace
-period (a Python program needs a moment to start and connect).
+period (a Python program needs a moment to start and connect). Each rank of
+a distributed job is watched the same way from its first hello (it is the
+launcher's child, not ctmon's, but its pid and command line are as readable).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def cmdline(pid: int) -> bytes | None:
 
 
 class ExecWatch:
-    def __init__(self, job_pid: int) -> None:
+    def __init__(self, job_pid: int, who: str = "the job") -> None:
         self.job_pid = job_pid
+        self.who = who  # "the job", or "rank 3" for a rank's process
         # The command line its last agent ran under. Read once more when the
         # first agent connects: read here, right after the fork, it may still
         # be ctmon's own (the child had not exec'd python yet), and a job that
@@ -78,7 +81,7 @@ class ExecWatch:
             self.closed_at = None
             shown = self.known_now.replace(b"\0", b" ").decode("utf-8", "replace").strip()
             return (
-                f"the job (pid {self.job_pid}) replaced itself with a program ctmon cannot follow ({shown[:200]}); "
+                f"{self.who} (pid {self.job_pid}) replaced itself with a program ctmon cannot follow ({shown[:200]}); "
                 "its compile and step events are no longer recorded"
             )
         if not alive:

@@ -38,6 +38,7 @@ from ctmon.wire import protocol
 READ_SIZE = 16 * 1024
 MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
 MAX_STOP_GRACE_S = 7 * 24 * 3600.0
+MAX_RANK_WATCHES = 4096  # ranks' processes watched for an exec (one node's)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
 
@@ -78,6 +79,7 @@ class Job:
         self.pidfd = -1
         self.last_output = 0.0
         self.exec_watch: execwatch.ExecWatch | None = None
+        self.rank_watches: dict[int, execwatch.ExecWatch] = {}  # a rank's pid -> its watch
         self._kill_at: float | None = None  # a `stop` control's SIGKILL, if the job outlives its grace
         self._pending_signals: list[int] = []
 
@@ -256,17 +258,35 @@ class Job:
 
     # ------------------------------------------------------------- exec watch
 
+    def watch_rank(self, pid: int | None, rank: int) -> None:
+        """A rank's process said hello: watch it for an exec, as the job's own."""
+        if pid is not None and pid not in self.rank_watches and len(self.rank_watches) < MAX_RANK_WATCHES:
+            w = execwatch.ExecWatch(pid, f"rank {rank}")
+            w.confirmed = True  # its agent runs now: the command line read is python's
+            self.rank_watches[pid] = w
+
     def agent_closed(self, pid: int | None) -> None:
         if self.exec_watch is not None:
             self.exec_watch.agent_closed(pid)
+        w = self.rank_watches.get(pid) if pid is not None else None
+        if w is not None:
+            w.agent_closed(pid)
 
     def check_exec(self, agent_pids: list[int | None], alive: bool) -> None:
-        """A note when the job exec'd into a program that has no agent."""
-        if self.exec_watch is None:
-            return
-        msg = self.exec_watch.check(agent_pids, alive)
-        if msg:
-            self.emit(_note(msg, "warning"))
+        """A note when the job, or a rank, exec'd into a program that has no agent."""
+        if self.exec_watch is not None:
+            msg = self.exec_watch.check(agent_pids, alive)
+            if msg:
+                self.emit(_note(msg, "warning"))
+        for pid, w in list(self.rank_watches.items()):
+            if w.closed_at is None:
+                continue  # its agent is connected: nothing to look at (the common case, every pass)
+            running = execwatch.cmdline(pid)
+            msg = w.check(agent_pids, alive=bool(running))
+            if msg:
+                self.emit(_note(msg, "warning"))
+            if not running and w.closed_at is None:
+                del self.rank_watches[pid]  # ended: its pid may be reused
 
     # --------------------------------------------------------------- signals
 

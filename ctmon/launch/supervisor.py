@@ -252,6 +252,8 @@ class Supervisor:
         if not self.intake.read(a):
             self.job.agent_closed(a.pid)
             self._drop_peer(a)
+        elif a.rank is not None:
+            self.job.watch_rank(a.pid, a.rank)
 
     def _guarded(self, handler: Callable[..., None], peer: Agent | Viewer, *args: object) -> None:
         """One peer's bytes must never take the supervisor (and so the job) down:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctmon.locations import where
-from ctmon.report.text import exit_text, fmt_ms, fmt_s, generation_text, rank_lines
+from ctmon.report.text import NOTES_SHOWN, exit_text, fmt_ms, fmt_s, generation_text, rank_lines, warning_notes
 from ctmon.textsafe import clean, clean_tree
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -74,6 +74,11 @@ def markdown(r: dict[str, Any]) -> str:
         out.append("")
     else:
         out += ["No warnings: compilation looks healthy.", ""]
+    said = warning_notes(r)
+    if said:
+        out += [f"#### ctmon noted ({len(said)})", ""]
+        out += [f"- {n['level']}: {_cell(n['message'])[:500]}" for n in said[:NOTES_SHOWN]]
+        out.append("")
     if infos:
         out.append("<details><summary>Notes</summary>")
         out.append("")

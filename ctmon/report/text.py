@@ -109,6 +109,8 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
                 p for p in (where(f["file"], f.get("line"), r.get("cwd")) if f.get("file") else "", called) if p
             )
             lines.append(f"ctmon: {f['severity'].upper()}: {f['title']}" + (f" ({at})" if at else ""))
+    for n in warning_notes(r)[:2]:
+        lines.append(f"ctmon: {n['level'].upper()}: {n['message']}")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         lines.append(
@@ -236,7 +238,23 @@ def full_text(r: dict[str, Any]) -> str:
     if drops.get("steps") or drops.get("events"):
         add("")
         add(f"Dropped: {drops.get('steps', 0)} step boundaries, {drops.get('events', 0)} events")
+    said = warning_notes(r)
+    if said:
+        add("")
+        add("Notes")
+        out.extend(_wrap(f"{n['level']}: {n['message']}", "  ", "    ") for n in said[:NOTES_SHOWN])
+        if len(said) > NOTES_SHOWN:
+            add(f"  … {len(said) - NOTES_SHOWN} more (report --json: notes)")
     return clean("\n".join(out) + "\n")
+
+
+NOTES_SHOWN = 20
+
+
+def warning_notes(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What ctmon or the agent warned about during the run (a rank that exec'd
+    away, events lost, a hook disabled): the notes a reader must see."""
+    return [n for n in r.get("notes") or [] if n.get("level") in ("warning", "error") and n.get("message")]
 
 
 def _primary(ranks: list[dict[str, Any]]) -> str:

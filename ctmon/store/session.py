@@ -47,6 +47,7 @@ class Session:
         self.samples: deque[E.Sample] = deque(maxlen=SAMPLES_MAX)
         self.notes: list[E.Note] = []
         self.exit: ExitInfo | None = None
+        self.uncaught: E.Uncaught | None = None  # the exception that ended its process, as it said
         self.processes = 0  # agents' hellos: processes of the job that reported
         self.drops = {"steps": 0, "events": 0}
         self.events = 0
@@ -81,6 +82,7 @@ class Session:
             E.DeviceTime: self._on_device_time,
             E.Generation: self._on_generation,
             E.LibraryLog: self._on_library_log,
+            E.Uncaught: self._on_uncaught,
             E.ProcessEnd: self._on_process_end,
             E.Drops: self._on_drops,
             E.Note: self._on_note,
@@ -368,6 +370,10 @@ class Session:
         if len(logs) < LIBRARY_LOGS_MAX and (ev.file, ev.line) not in logs:
             logs[(ev.file, ev.line)] = ev
             self.rev["compile"] += 1
+
+    def _on_uncaught(self, ev: E.Uncaught) -> None:
+        self.uncaught = ev
+        self.rev["meta"] += 1
 
     def _on_process_end(self, ev: E.ProcessEnd) -> None:
         pass  # a rank's end is its store's (see _to_rank); the job's own processes end with the job

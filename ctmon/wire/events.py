@@ -319,6 +319,17 @@ class LibraryLog(Ranked, tag="library_log"):
     line: int | None = None
 
 
+class Uncaught(Ranked, tag="uncaught"):
+    """The exception that ended a process (its traceback went to stderr):
+    ``file``:``line`` is the innermost line of the user's own code."""
+
+    type: str = ""
+    message: str = ""
+    file: str | None = None
+    line: int | None = None
+    fn: str | None = None
+
+
 class ProcessEnd(Ranked, tag="process_end"):
     """The supervisor: a rank's agent connection closed -- the process ended
     (or exec'd: a new hello with the same pid follows)."""
@@ -411,6 +422,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     DeviceTime,
     Generation,
     LibraryLog,
+    Uncaught,
     ProcessEnd,
     Drops,
     Note,

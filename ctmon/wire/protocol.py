@@ -65,6 +65,7 @@ STEPS = "steps"  # A: a batch of step boundaries
 DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
 GENERATION = "generation"  # A: one generate() call: its prefill and decode calls, time to first token
 LIBRARY_LOG = "library_log"  # A: a warning a library (transformers) logged, with the line that logged it
+UNCAUGHT = "uncaught"  # A: the exception that ended the process, with the user's line
 PROCESS_END = "process_end"  # S: a rank's agent connection closed (the process ended, or exec'd)
 DROPS = "drops"  # A: cumulative counts of events the agent had to drop
 NOTE = "note"  # A/S: a message from ctmon itself (hook disabled, ...)
@@ -91,6 +92,7 @@ KNOWN_KINDS = frozenset(
         DEVICE_TIME,
         GENERATION,
         LIBRARY_LOG,
+        UNCAUGHT,
         PROCESS_END,
         DROPS,
         NOTE,

@@ -18,7 +18,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_LIMIT, Finding
+from ctmon.store.findings.model import RANK_LIMIT, Finding, cut
 from ctmon.store.launcher_failures import rank_failures
 
 if TYPE_CHECKING:
@@ -179,15 +179,24 @@ def rule_rank_failed(s: Session) -> list[Finding]:
     ) + f" (pid {first.pid}{f', {first.host}' if first.host else ''})"
     why = _KILLED.get(first.signal or "", "")
     others = [f for f in fails[1:]]
+    rs = s.ranks.get(first.rank)
+    raised = rs.session.uncaught if rs is not None else None
+    where = f" at {raised.file}:{raised.line}" if raised is not None and raised.file and raised.line else ""
     return [
         Finding(
             id="rank-failed",
             rule="rank-failed",
             severity="critical",
-            title=f"Rank {first.rank} {how}; the launcher then stopped the job",
+            title=f"Rank {first.rank} {how}; the launcher then stopped the job"
+            if raised is None
+            else f"Rank {first.rank} raised {raised.type}: {cut(raised.message, 120)}{where}; "
+            "the launcher then stopped the job",
+            file=raised.file if raised is not None else None,
+            line=raised.line if raised is not None else None,
             detail=(
                 f"The launcher saw rank {first.rank} fail first"
                 + (f": {why}." if why else ".")
+                + (f" It raised {raised.type}: {cut(raised.message, 1000)}{where}." if raised is not None else "")
                 + (
                     f" It then stopped {_ranks_text([f.rank for f in others])} (their exits follow from it)."
                     if others

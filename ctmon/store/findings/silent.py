@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, cut
 
 if TYPE_CHECKING:
     from ctmon.store.output import OutputLine
@@ -140,11 +140,11 @@ def rule_job_failed(s: Session) -> list[Finding]:
                 id="job-failed:exception",
                 rule="job-failed",
                 severity="critical",
-                title=f"The job failed: {_cut(exc.line, 200)}",
+                title=f"The job failed: {cut(exc.line, 200)}",
                 file=where.file if where else None,
                 line=where.line if where else None,
                 detail=detail,
-                evidence=[f.text() for f in exc.frames[-6:]] + [_cut(exc.line, 500)],
+                evidence=[f.text() for f in exc.frames[-6:]] + [cut(exc.line, 500)],
                 fix=fix,
                 rank=RANK_LIMIT + 100,
             )
@@ -161,7 +161,7 @@ def rule_job_failed(s: Session) -> list[Finding]:
                 severity="critical",
                 title=f"The job was killed by {ex.signal} {when}",
                 detail=f"{ex.signal} is {why}.",
-                evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
+                evidence=[f"last line on stderr: {cut(last, 300)}"] if last else [],
                 fix=(
                     "If memory ran out, the samples show it: lower the batch size, or free memory between steps; check "
                     "the system log (dmesg) or the scheduler's log for who sent the signal."
@@ -176,7 +176,7 @@ def rule_job_failed(s: Session) -> list[Finding]:
             severity="warning",
             title=f"The job exited with code {ex.code} {when}",
             detail="It printed no traceback: the script (or a library) chose this exit status.",
-            evidence=[f"last line on stderr: {_cut(last, 300)}"] if last else [],
+            evidence=[f"last line on stderr: {cut(last, 300)}"] if last else [],
             fix="See the job's output for why it stopped.",
             rank=RANK_RECOMPILES,
         )
@@ -205,7 +205,7 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
         why = next((r for c in f.compiles for r in c.restarts), None)
         evidence.append(
             f"{f.title} at {f.loc.text()}: {len(f.compiles)} compile(s), 0 ops"
-            + (f" (restarted after: {_cut(why.splitlines()[0], 160)})" if why else "")
+            + (f" (restarted after: {cut(why.splitlines()[0], 160)})" if why else "")
         )
     return [
         Finding(
@@ -289,10 +289,6 @@ def rule_never_compiled(s: Session) -> list[Finding]:
             rank=RANK_RECOMPILES - 50,
         )
     ]
-
-
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def rule_no_process_reported(s: Session) -> list[Finding]:
