@@ -32,7 +32,7 @@ def uncaught_event() -> protocol.Event | None:
         "message": protocol.clip(str(exc), 2000),
     }
     try:
-        frames = traceback.extract_tb(exc.__traceback__)
+        frames = list(traceback.extract_tb(exc.__traceback__))
     except Exception:
         frames = []
     own = [f for f in frames if is_own_file(f.filename)]

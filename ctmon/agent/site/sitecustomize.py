@@ -64,7 +64,7 @@ class _TorchTrigger:
         if fullname != "torch":
             return None
         try:
-            sys.meta_path.remove(self)
+            sys.meta_path.remove(self)  # type: ignore[arg-type]  # duck-typed: typing costs start-up time
         except ValueError:
             pass
         try:
@@ -141,7 +141,7 @@ def _main() -> None:
         if monitored():
             _start_agent()
         elif may_become_rank():
-            sys.meta_path.insert(0, _TorchTrigger())
+            sys.meta_path.insert(0, _TorchTrigger())  # type: ignore[arg-type]
     except BaseException as exc:  # noqa: BLE001 - never keep the job from starting
         try:
             sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
