@@ -231,7 +231,7 @@ def _run(feed: Feed, recording: str, title: str, pid: object) -> int:
         sys.stderr.write(f"ctmon: detached; the job keeps running ({again} to come back)\n")
         return 0
     sys.stderr.write(
-        f"ctmon: the job ended with status {exit_info.status}"
+        ("ctmon: the job ended" + (f" with status {exit_info.status}" if exit_info.known else ""))
         + (f"; recording: {recording}" if recording else "")
         + "\n"
     )

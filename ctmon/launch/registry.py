@@ -123,7 +123,7 @@ class Registry:
             "tcp": self.tcp,
         }
         if c.exit is not None:
-            info["exit_status"] = c.exit.status
+            info["exit_status"] = c.exit.status if c.exit.known else None
         try:
             tmp = self.path + ".tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

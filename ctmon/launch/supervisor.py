@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 import ctmon
+from ctmon.launch.adopted_job import AdoptedJob
 from ctmon.launch.intake import Agent, Intake
 from ctmon.launch.job import Job
 from ctmon.launch.recorder import Recorder, RecorderError
@@ -65,6 +66,7 @@ class SupervisorOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     listen: str | None = None  # "[HOST:]PORT": also serve viewers over TCP (token required)
     new_files: bool = False  # ctmon chose the names: create them, never reuse what is there
+    adopt_pid: int | None = None  # a running process that called ctmon.install(): not started here
 
 
 class SupervisorError(Exception):
@@ -88,7 +90,11 @@ class Supervisor:
         self.agent_sock: socket.socket | None = None
         self.viewer_sock: socket.socket | None = None
         self.recorder = Recorder(opts.recording, opts.output_log, opts.new_files)
-        self.job = Job(spec, opts.mode, opts.pty_size, self.sel, self.recorder, self._emit)
+        self.job: Job | AdoptedJob = (
+            AdoptedJob(opts.adopt_pid, self.sel, self._emit)
+            if opts.adopt_pid is not None
+            else Job(spec, opts.mode, opts.pty_size, self.sel, self.recorder, self._emit)
+        )
         self.intake = Intake(opts.session_dir, self._emit, self._write_line, self._peer_note)
         self.viewers = Viewers(
             self.sel, self.recorder, Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin)

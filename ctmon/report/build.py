@@ -44,7 +44,8 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "host": s.meta.host,
         "pid": s.meta.pid,
         "state": s.state,
-        "exit_code": exit_info.status if exit_info else None,
+        # None: still running, or a job ctmon did not start (ctmon.install()): its status is unknown
+        "exit_code": exit_info.status if exit_info and exit_info.known else None,
         "exit_signal": exit_info.signal if exit_info else None,
         "duration_s": _r(s.duration_s),
         "python": s.meta.python,

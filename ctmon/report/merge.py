@@ -31,7 +31,7 @@ def _node(path: str, s: Session) -> dict[str, Any]:
         "recording": path,
         "host": hosts[0] if len(hosts) == 1 else (s.meta.host if not hosts else ", ".join(hosts)),
         "command": s.meta.command,
-        "exit_code": s.exit.status if s.exit is not None else None,
+        "exit_code": s.exit.status if s.exit is not None and s.exit.known else None,
         "ranks": sorted(s.ranks),
     }
 

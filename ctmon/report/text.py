@@ -73,7 +73,7 @@ def exit_text(r: dict[str, Any]) -> str:
     if r.get("exit_signal"):
         return f"was killed by {r['exit_signal']}"
     if r.get("exit_code") is None:
-        return "is still running" if r.get("state") != "exited" else "exited"
+        return "is still running" if r.get("state") != "exited" else "ended (exit status not known to ctmon)"
     return f"exited with code {r['exit_code']}"
 
 

@@ -50,6 +50,11 @@ class ExitInfo:
     t: float
 
     @property
+    def known(self) -> bool:
+        """False for a job ctmon did not start (ctmon.install()): it cannot read its status."""
+        return self.code is not None or bool(self.signal)
+
+    @property
     def status(self) -> int:
         """Shell-style status: the code, or 128 + signal number."""
         if self.code is not None:

@@ -411,8 +411,14 @@ class Session:
         self.output.flush_partial()
         if self.output.total_lines != before:
             self.rev["output"] += 1
-        what = f"exited with code {self.exit.code}" if self.exit.code is not None else f"killed by {sig}"
-        self._log(ev.t, "exit", f"job {what}", "critical" if self.exit.status != 0 else "info")
+        what = (
+            f"exited with code {self.exit.code}"
+            if self.exit.code is not None
+            else f"killed by {sig}"
+            if sig
+            else "ended (its exit status is not known to ctmon)"
+        )
+        self._log(ev.t, "exit", f"job {what}", "critical" if self.exit.known and self.exit.status != 0 else "info")
         self.rev["meta"] += 1
 
     # ---- snapshots (replay) ----

@@ -207,7 +207,7 @@ def in_loop(s: Session, site: BreakSite) -> bool:
 
 def _failed_early(s: Session) -> bool:
     series = s.steps.current
-    return s.exit is not None and s.exit.status != 0 and (series is None or len(series) < 2)
+    return s.exit is not None and s.exit.known and s.exit.status != 0 and (series is None or len(series) < 2)
 
 
 def _when(s: Session, site: BreakSite) -> str:

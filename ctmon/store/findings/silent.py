@@ -95,8 +95,8 @@ def last_exception(lines: list[OutputLine]) -> Exc | None:
 
 def rule_job_failed(s: Session) -> list[Finding]:
     ex = s.exit
-    if ex is None or ex.status == 0:
-        return []
+    if ex is None or ex.status == 0 or not ex.known:
+        return []  # (not known: a job ctmon did not start ended; its own output says how)
     series = s.steps.current
     steps = max(0, len(series) - 1) if series is not None else 0
     when = f"after {steps} step{'s' if steps != 1 else ''}" if steps else "before any step completed"
