@@ -514,11 +514,8 @@ def test_newer_version_recording(tmp_path) -> None:  # type: ignore[no-untyped-d
         (["report", "a.jsonl", "--xml"], "ctmon: report: unknown option --xml (try: ctmon report --help)"),
         (["report", "a.jsonl", "b.jsonl"], "ctmon: no such recording: a.jsonl"),
         (["report", "a.jsonl", "--fail-on"], "ctmon: report: --fail-on needs an expression, e.g. 'recompiles>2'"),
-        (["replay"], "ctmon: replay: a recording is required (ctmon replay FILE)"),
-        (
-            ["replay", "a.jsonl", "b.jsonl"],
-            "ctmon: replay: one recording at a time (the nodes of one job merge in: ctmon report a.jsonl b.jsonl)",
-        ),
+        (["replay"], "ctmon: replay: a recording is required (ctmon replay FILE [FILE ...])"),
+        (["replay", "a.jsonl", "b.jsonl"], "ctmon: no such recording: a.jsonl"),
         (["watch", "999999"], "ctmon: watch: no live ctmon session for '999999' (ctmon watch --list shows them)"),
         (["watch", "--frob"], "ctmon: watch: unknown option --frob (try: ctmon watch --help)"),
         (["watch", "1", "2"], "ctmon: watch: give at most one PID or session id"),

@@ -7,7 +7,8 @@ Two nodes are simulated on this machine: two torchrun launchers
 host is then renamed, as a second machine would have written it. ``ctmon
 report a.jsonl b.jsonl`` must give both ranks, their hosts, totals equal to
 both trace directories together, and the divergence of the rank that
-recompiled alone. Recordings of different jobs are refused in one line.
+recompiled alone; ``ctmon replay a.jsonl b.jsonl`` shows both nodes' ranks
+as one job. Recordings of different jobs are refused in one line, by both.
 """
 
 from __future__ import annotations
@@ -88,8 +89,35 @@ def test_recordings_of_different_jobs_are_refused(nodes, tmp_path):
         if ev.get("kind") == "process" and ev.get("job"):
             ev["job"] = "127.0.0.1:1/another"
     other.write_text("".join(json.dumps(ev) + "\n" for ev in lines))
-    out = ctmon("report", a, str(other))
-    line = one_line_containing(out, "not one job")
-    assert os.path.basename(a) in line and "other.jsonl" in line
+    for cmd in ("report", "replay"):
+        out = ctmon(cmd, a, str(other))
+        line = one_line_containing(out, "not one job")
+        assert os.path.basename(a) in line and "other.jsonl" in line
     out = ctmon("report", a, a)
     one_line_containing(out, "rank 0")
+
+
+def test_two_nodes_recordings_replay_as_one_job(nodes):
+    import asyncio
+
+    from test_ranks import _until
+
+    from ctmon.tui.app import CtmonApp
+    from ctmon.tui.testing import wait_loaded
+    from ctmon.wire.feeds import NodesFeed
+
+    a, b, _, _ = nodes
+
+    async def listed() -> str:
+        app = CtmonApp(NodesFeed([a, b]), replay=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_loaded(pilot)
+            await pilot.press("r")
+            return await _until(pilot, app, "r0 ", "r1 ")
+
+    shown = asyncio.run(listed())
+    r1 = next(line for line in shown.splitlines() if " r1 " in f" {line}" or "*r1 " in line)
+    assert "node-b" in r1 and "2 c 1 rc" in r1, shown
+    r0 = next(line for line in shown.splitlines() if " r0 " in f" {line}" or "*r0 " in line)
+    assert os.uname().nodename[:12] in r0 and "1 c 0 rc" in r0, shown
+    assert "2 ranks" in shown  # the header: one job of two ranks

@@ -3,18 +3,21 @@ keys to step and play through time."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from ctmon.cli import CliError
 from ctmon.launch.spec import UsageError
 
-USAGE = "ctmon replay FILE"
+USAGE = "ctmon replay FILE [FILE ...]"
 HELP = f"""usage: {USAGE}
 
 Open the TUI on a recording (made by 'ctmon record' or 'ctmon attach').
 It opens at the end of the run; [ and ] step between compiles and graph
 breaks, {{ and }} jump by 10% of the run, p plays it back, ? lists the keys.
+
+Several files: the recordings of one distributed job's nodes (each node's
+'ctmon record -- torchrun ...'), shown as one job with every node's ranks
+(r: the ranks view). Recordings of different jobs are refused.
 
 options:
   -h, --help                 show this help and exit
@@ -28,24 +31,29 @@ def main(argv: list[str]) -> int:
     files = [a for a in argv if a != "--"]
     if not files:
         raise UsageError(f"replay: a recording is required ({USAGE})")
-    if len(files) > 1 and not any(f.startswith("-") for f in files):
-        raise UsageError(
-            "replay: one recording at a time (the nodes of one job merge in: ctmon report " + " ".join(files) + ")"
-        )
-    if len(files) > 1 or files[0].startswith("-"):
-        raise UsageError(f"replay: unexpected argument {files[1] if len(files) > 1 else files[0]} ({USAGE})")
+    bad = [f for f in files if f.startswith("-")]
+    if bad:
+        raise UsageError(f"replay: unexpected argument {bad[0]} ({USAGE})")
     path = files[0]
-    from ctmon.wire.feeds import RecordingFeed
+    from ctmon.wire.feeds import Feed, NodesFeed, RecordingFeed
 
-    _check_has_events(path)
-    feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
+    for f in files:
+        _check_has_events(f)
+    feed: Feed
+    if len(files) > 1:
+        from ctmon.report.merge import load_nodes
+
+        load_nodes(files)  # RecordingError: one line, when they are not the nodes of one job
+        feed = NodesFeed(files)
+    else:
+        feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         feed.close()
-        raise CliError(f"replay: needs a terminal (for text: ctmon report {path})")
+        raise CliError(f"replay: needs a terminal (for text: ctmon report {' '.join(files)})")
     from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
-    app = CtmonApp(feed, replay=True, title=os.path.basename(path))
+    app = CtmonApp(feed, replay=True, title=feed.name)
     run_app(app)
     return 0
 

@@ -35,9 +35,13 @@ STATE_STYLE = {
 }
 
 
-def rank_line(x: RankStatus, width: int) -> Text:
+HOST_WIDTH = 12
+
+
+def rank_line(x: RankStatus, width: int, show_host: bool = False) -> Text:
     """One rank: 'r1  compiling forward for 12 s   240 st  last 9.1 ms  p50 9.0 ms  2 c 1 rc 0 b  fx 0/2'
-    (narrower terminals drop the last step and the spaces)."""
+    (narrower terminals drop the last step and the spaces); with ``show_host``
+    (ranks on several nodes) its host follows the rank."""
     state = x.state + (f" {x.detail}" if x.detail else "")
     if width >= 130:
         nums = (
@@ -50,6 +54,8 @@ def rank_line(x: RankStatus, width: int) -> Text:
             f"{x.compiles} c {x.recompiles} rc {x.breaks} b fx {x.fx_hit}/{x.fx_miss}"
         )
     head = f"{'*' if x.slowest else ' '}r{x.rank:<4}"
+    if show_host:
+        head += f" {fmt.clip(clean(x.host or '?'), HOST_WIDTH):<{HOST_WIDTH}}"
     room = max(12, width - len(head) - len(nums) - 3)
     line = Text(head, "bold red" if x.slowest else "bold")
     line.append(" ")
@@ -117,7 +123,8 @@ class RanksScreen(ModalScreen[None]):
         width = max(40, min(self.app.size.width, 140) - 6)  # the border and padding
         height = max(3, self.app.size.height - 6)
         rows = [Text("  all ranks (the job: local rank 0's panes, totals summed)", "bold")]
-        rows += [rank_line(x, width) for x in statuses]
+        several_hosts = len({x.host for x in statuses}) > 1
+        rows += [rank_line(x, width, several_hosts) for x in statuses]
         self.cursor = max(0, min(self.cursor, len(rows) - 1))
         first = max(0, min(self.cursor - height // 2, len(rows) - height))
         out = Text()

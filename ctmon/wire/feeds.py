@@ -9,11 +9,13 @@ their own ``Session`` store; they never parse anything themselves.
   the full history, then new events as they happen. ``control()`` asks the
   supervisor to signal the job (interrupt / terminate / kill).
 * ``RecordingFeed``: a finished (or still growing) recording on disk.
+* ``NodesFeed``: the recordings of one job's nodes, as one job.
 * ``ListFeed``: events given in memory (tests, benchmarks).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import socket
 import threading
@@ -24,7 +26,7 @@ from typing import Any
 from ctmon.wire import protocol
 from ctmon.wire.decode import Decoder, Fix, typed
 from ctmon.wire.events import Event, Exit, Refusal, Unknown
-from ctmon.wire.recording import ReadStats, StreamDecoder, open_recording, unreadable_note
+from ctmon.wire.recording import ReadStats, StreamDecoder, open_recording, read_recording, unreadable_note
 
 Batch = list[Event | Unknown]
 
@@ -78,6 +80,41 @@ class ListFeed(Feed):
     def batches(self) -> Iterator[Batch]:
         for i in range(0, len(self._events), BATCH_MAX):
             yield self._events[i : i + BATCH_MAX]
+
+
+class NodesFeed(Feed):
+    """The recordings of one distributed job's nodes (each node's supervisor
+    recorded its own ranks), read as one: the first in full -- its launcher,
+    samples and output are the view's own -- and every rank's events from the
+    others, interleaved by time. Whether they are one job is checked before
+    (ctmon/report/merge.py)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        self.name = " + ".join(os.path.basename(p) for p in paths)
+
+    def batches(self) -> Iterator[Batch]:
+        streams = [_events(self.paths[0], ranked_only=False)]
+        streams += [_events(p, ranked_only=True) for p in self.paths[1:]]
+        batch: Batch = []
+        for ev in heapq.merge(*streams, key=_time):
+            batch.append(ev)
+            if len(batch) >= BATCH_MAX:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+def _time(ev: Event | Unknown) -> float:
+    t = getattr(ev, "t", 0.0)
+    return t if isinstance(t, (int, float)) else 0.0
+
+
+def _events(path: str, ranked_only: bool) -> Iterator[Event | Unknown]:
+    for ev in read_recording(path):
+        if not ranked_only or getattr(ev, "rank", None) is not None:
+            yield ev
 
 
 class RecordingFeed(Feed):
