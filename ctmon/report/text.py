@@ -110,7 +110,8 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
             )
             lines.append(f"ctmon: {f['severity'].upper()}: {f['title']}" + (f" ({at})" if at else ""))
     for n in warning_notes(r)[:2]:
-        lines.append(f"ctmon: {n['level'].upper()}: {n['message']}")
+        first = n["message"].strip().splitlines()[0] if n["message"].strip() else ""
+        lines.append(f"ctmon: {n['level'].upper()}: {first[:300]}")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         lines.append(
@@ -253,8 +254,14 @@ NOTES_SHOWN = 20
 
 def warning_notes(r: dict[str, Any]) -> list[dict[str, Any]]:
     """What ctmon or the agent warned about during the run (a rank that exec'd
-    away, events lost, a hook disabled): the notes a reader must see."""
-    return [n for n in r.get("notes") or [] if n.get("level") in ("warning", "error") and n.get("message")]
+    away, events lost, a hook disabled): the notes a reader must see. Not
+    Dynamo's own errors (a failed attempt's traceback): the findings say
+    what they mean."""
+    return [
+        n
+        for n in r.get("notes") or []
+        if n.get("level") in ("warning", "error") and n.get("message") and n.get("source") != "dynamo"
+    ]
 
 
 def _primary(ranks: list[dict[str, Any]]) -> str:

@@ -89,19 +89,25 @@ KEPT_UNTIL_RANKED = (
 KEPT_MAX = 20_000  # a long job that never becomes a rank stops keeping
 
 
-def keeping(s: Session, handler: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``handler``, keeping the rank-less events it folds until a rank is declared."""
+class keeping:  # noqa: N801 - used as a function: keeping(session, handler)
+    """``handler``, keeping the rank-less events it folds until a rank is
+    declared. An object, not a closure: a store's snapshot (a deep copy)
+    must fold into the copy, and a copied instance refers to the copied
+    store and the copy's own bound handler."""
 
-    def fold(ev: Any) -> None:
+    def __init__(self, s: Session, handler: Callable[[Any], None]) -> None:
+        self.s = s
+        self.handler = handler
+
+    def __call__(self, ev: Any) -> None:
+        s = self.s
         kept = s.unranked
         if kept is not None and ev.rank is None:
             if len(kept) < KEPT_MAX:
                 kept.append(ev)
             else:
                 s.unranked = None
-        handler(ev)
-
-    return fold
+        self.handler(ev)
 
 
 def _adopt(s: Session, rs: RankState, ev: E.Process) -> None:
