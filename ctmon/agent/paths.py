@@ -11,6 +11,7 @@ there (``called_from``): the innermost frame outside every installed package.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 from functools import lru_cache
@@ -50,12 +51,19 @@ def _owned_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+# PyTorch's own files by their place, for stacks read where torch is not
+# imported (a trace from another machine: ctmon/report/torch_trace.py)
+_TORCH_PATH = re.compile(
+    r"[/\\](?:site|dist)-packages[/\\](?:torch|functorch|triton)[/\\]|[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn[/\\]modules)[/\\]"
+)
+
+
 @lru_cache(maxsize=4096)
 def is_user_file(path: str | None) -> bool:
     if not path or path.startswith("<"):
         return False
     full = os.path.abspath(path)
-    if full.startswith(_owned_dirs()):
+    if full.startswith(_owned_dirs()) or _TORCH_PATH.search(full):
         return False
     if "site-packages" in full or "dist-packages" in full:
         return True

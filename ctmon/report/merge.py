@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ctmon.report.load import load
+from ctmon.report.torch_trace import is_torch_trace, load_trace
 from ctmon.store import Session
 from ctmon.wire.errors import RecordingError
 from ctmon.wire.recording import ReadStats
@@ -40,6 +41,14 @@ def load_nodes(paths: list[str]) -> tuple[Session, ReadStats, list[dict[str, Any
     """The first recording's store with every other recording's ranks in it,
     and one object per recording; a ``RecordingError`` (one line) when the
     recordings are not the nodes of one job."""
+    traced = [is_torch_trace(p) for p in paths]
+    if any(traced):
+        if not all(traced):
+            raise RecordingError("a PyTorch trace and a ctmon recording cannot be reported together")
+        session, tstats = load_trace(paths)
+        stats = ReadStats()
+        stats.warnings += tstats.warnings
+        return session, stats, []
     first, stats = load(paths[0])
     nodes = [_node(paths[0], first)]
     if len(paths) == 1:
