@@ -112,3 +112,29 @@ def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path):
     assert 1 <= json.loads(out.stdout)["compile"]["compiles"] <= whole
     rec = record(tmp_path / "rec", [BREAKS], torch_trace=False)
     one_line_containing(ctmon("report", trace, rec.recording), "cannot be reported together")
+
+
+def test_a_trace_replays_on_the_screen(tmp_path):
+    import asyncio
+
+    from test_ranks import _until
+
+    from ctmon.report.torch_trace import TraceStats, trace_events
+    from ctmon.tui.app import CtmonApp
+    from ctmon.tui.testing import wait_loaded
+    from ctmon.wire.feeds import ListFeed
+
+    trace = _plain(tmp_path, [BREAKS])
+
+    async def shown() -> str:
+        app = CtmonApp(ListFeed(list(trace_events([trace], TraceStats()))), replay=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_loaded(pilot)
+            return await _until(pilot, app, "graph_breaks.py:13")
+
+    screen = asyncio.run(shown())
+    assert "graph_breaks.py:13" in screen and "graph_breaks.py:14" in screen, screen
+    # the command line refuses what it cannot read in one line, before it needs a terminal
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_line_containing(ctmon("replay", str(empty)), "a directory without TORCH_TRACE log files")

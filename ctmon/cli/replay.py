@@ -3,10 +3,15 @@ keys to step and play through time."""
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.launch.spec import UsageError
+
+if TYPE_CHECKING:
+    from ctmon.wire.feeds import ListFeed
 
 USAGE = "ctmon replay FILE [FILE ...]"
 HELP = f"""usage: {USAGE}
@@ -14,6 +19,9 @@ HELP = f"""usage: {USAGE}
 Open the TUI on a recording (made by 'ctmon record' or 'ctmon attach').
 It opens at the end of the run; [ and ] step between compiles and graph
 breaks, {{ and }} jump by 10% of the run, p plays it back, ? lists the keys.
+
+FILE may be PyTorch's own trace (a TORCH_TRACE directory, or its logs): the
+same screen, without what a trace cannot hold (steps, samples, output).
 
 Several files: the recordings of one distributed job's nodes (each node's
 'ctmon record -- torchrun ...'), shown as one job with every node's ranks
@@ -35,17 +43,21 @@ def main(argv: list[str]) -> int:
     if bad:
         raise UsageError(f"replay: unexpected argument {bad[0]} ({USAGE})")
     path = files[0]
+    from ctmon.report.torch_trace import is_torch_trace
     from ctmon.wire.feeds import Feed, NodesFeed, RecordingFeed
 
-    for f in files:
-        _check_has_events(f)
     feed: Feed
-    if len(files) > 1:
+    if any(is_torch_trace(f) for f in files):
+        feed = _trace_feed(files)
+    elif len(files) > 1:
+        for f in files:
+            _check_has_events(f)
         from ctmon.report.merge import load_nodes
 
         load_nodes(files)  # RecordingError: one line, when they are not the nodes of one job
         feed = NodesFeed(files)
     else:
+        _check_has_events(path)
         feed = RecordingFeed(path)  # RecordingError: one line, from the CLI
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         feed.close()
@@ -56,6 +68,17 @@ def main(argv: list[str]) -> int:
     app = CtmonApp(feed, replay=True, title=feed.name)
     run_app(app)
     return 0
+
+
+def _trace_feed(files: list[str]) -> ListFeed:
+    """PyTorch's TORCH_TRACE logs, read as a recording (ctmon/report/torch_trace.py)."""
+    from ctmon.report.merge import load_nodes
+    from ctmon.report.torch_trace import TraceStats, trace_events
+
+    load_nodes(files)  # RecordingError: one line (no logs in it, mixed with a recording, nothing readable)
+    from ctmon.wire.feeds import ListFeed
+
+    return ListFeed(list(trace_events(files, TraceStats())), name=os.path.basename(os.path.normpath(files[0])))
 
 
 def _check_has_events(path: str) -> None:

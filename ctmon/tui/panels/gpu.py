@@ -10,7 +10,7 @@ from rich.text import Text
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title
 from ctmon.tui.panels.base import Panel, num
-from ctmon.tui.panels.samples import gpu_error, latest_gpus, recent_samples
+from ctmon.tui.panels.samples import absent_samples, gpu_error, latest_gpus, recent_samples
 from ctmon.wire.events import Sample
 
 
@@ -54,7 +54,7 @@ class GpuPanel(Panel):
                 t.stylize("bold", 0, len("no GPU:"))
                 return t
             if not s.samples:
-                return Text("waiting for the first sample", style="dim italic")
+                return Text(absent_samples(s), style="dim italic")
             return Text("no GPU data in the samples", style="dim")
         per = 3 if len(rows) * 3 <= h else (2 if len(rows) * 2 <= h else 1)
         if len(rows) > h:

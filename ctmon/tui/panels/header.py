@@ -42,6 +42,8 @@ def state_text(ctx: ViewContext) -> tuple[str, str]:
         e = s.exit
         if e.signal:
             return f"■ exited ({e.signal})", "bold red"
+        if e.code is None:
+            return "■ ended", "bold cyan"  # a trace, or a job ctmon did not start: its status is not known
         return (f"■ exited {e.code}", "bold cyan" if e.code == 0 else "bold red")
     if ctx.status:
         return ctx.status, "bold yellow"

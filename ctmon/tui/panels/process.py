@@ -9,7 +9,7 @@ from rich.text import Text
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title
 from ctmon.tui.panels.base import Panel, num
-from ctmon.tui.panels.samples import recent_samples
+from ctmon.tui.panels.samples import absent_samples, recent_samples
 
 
 class ProcessPanel(Panel):
@@ -27,7 +27,7 @@ class ProcessPanel(Panel):
                 latest = ev
                 break
         if latest is None:
-            return Text("waiting for the first sample", style="dim italic")
+            return Text(absent_samples(s), style="dim italic")
         cpu = num(latest.cpu_percent)
         cpus = latest.cpus
         hist = [num(ev.cpu_percent) for ev in recent_samples(s, max(4, min(30, w - 22)))]

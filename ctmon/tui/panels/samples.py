@@ -30,3 +30,15 @@ def gpu_error(ctx: ViewContext) -> str | None:
             ctx.gpu_error = ev.gpu_error
             return ev.gpu_error
     return None
+
+
+TRACE_MODE = "torch_trace"  # the session header of a PyTorch trace read as a recording (ctmon/report/torch_trace.py)
+
+
+def absent_samples(s: Session) -> str:
+    """Why a samples pane is empty: not yet, or never (a trace, a run that recorded none)."""
+    if s.meta.mode == TRACE_MODE:
+        return "a PyTorch trace holds no samples"
+    if s.exit is not None:
+        return "no samples were recorded"
+    return "waiting for the first sample"

@@ -12,6 +12,7 @@ from ctmon.store.generation import GenerationStats
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title, rank_label
 from ctmon.tui.panels.base import Panel
+from ctmon.tui.panels.samples import TRACE_MODE
 
 STATS_WINDOW = 1000
 GENERATION_WINDOW = 200  # recent generate() calls the token line speaks of
@@ -45,6 +46,8 @@ class StepsPanel(Panel):
         s = self.ctx.view
         w, h = self.content_width, self.content_height
         series = s.steps.current
+        if series is None and self.ctx.session.meta.mode == TRACE_MODE:
+            return Text("a PyTorch trace holds no step times", style="dim italic")
         if series is None or len(series) < 2:
             msg = "waiting for steps" if series is None else "1 step so far"
             return Text.assemble(
