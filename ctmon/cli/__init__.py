@@ -19,8 +19,9 @@ Live monitor for torch.compile workloads.
 commands:
   attach  [opts] SCRIPT|-m MODULE [ARGS...]   run a job with the live TUI
   record  [opts] SCRIPT|-m MODULE [ARGS...]   run a job headless, recording its events
-  replay  FILE                                open the TUI on a recording
-  report  FILE [--json|--md]                  summarise a recording
+  replay  FILE                                open the TUI on a recording (or a TORCH_TRACE dir)
+  report  FILE [--json|--md]                  summarise a recording (or a TORCH_TRACE dir)
+  export  --perfetto|--svg FILE -o OUT        the run as a timeline (Perfetto, chrome://tracing)
   watch   [PID]                               list this user's live jobs, attach to one
 
 Run 'ctmon <command> --help' for a command's options.
@@ -35,7 +36,7 @@ class CliError(Exception):
         self.status = status
 
 
-COMMANDS = ("attach", "record", "replay", "report", "watch")
+COMMANDS = ("attach", "record", "replay", "report", "export", "watch")
 # ctmon's own requirements: a Python environment without one of them gets a
 # line saying so, not a traceback.
 REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil")

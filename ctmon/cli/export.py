@@ -1,0 +1,91 @@
+"""``ctmon export``: a run as a timeline for Perfetto / chrome://tracing.
+
+    ctmon export --perfetto RUN [RUN ...] -o run.json   Chrome trace-event JSON
+    ctmon export --svg RUN [RUN ...] -o run.svg         the same timeline, drawn
+
+RUN: a recording, several recordings of one job's nodes, or PyTorch's own
+TORCH_TRACE directory (or its logs). Open the JSON at https://ui.perfetto.dev
+(Open trace file) or in chrome://tracing: one process per rank, tracks for
+steps, compiles (phases nested) and events (graph breaks, cache results),
+and counters for CPU, RSS and each GPU's utilisation and memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ctmon.cli import CliError
+
+if TYPE_CHECKING:
+    from ctmon.wire.events import Event, Unknown
+
+USAGE = "ctmon export --perfetto|--svg RUN [RUN ...] -o FILE"
+HELP = f"usage: {USAGE}\n\n" + (__doc__.split("\n\n", 1)[1] if __doc__ else "")
+
+
+def main(argv: list[str]) -> int:
+    fmt = out = None
+    paths: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("-h", "--help"):
+            sys.stdout.write(HELP)
+            return 0
+        if a in ("--perfetto", "--svg"):
+            fmt = a[2:]
+        elif a in ("-o", "--output") or a.startswith("--output="):
+            out = a.partition("=")[2] if "=" in a else next(it, None)
+            if not out:
+                raise CliError("export: -o needs a FILE")
+        elif a.startswith("-"):
+            raise CliError(f"export: unknown option {a} (try: ctmon export --help)")
+        else:
+            paths.append(a)
+    if fmt is None:
+        raise CliError(f"export: say which format: --perfetto or --svg ({USAGE})")
+    if not paths:
+        raise CliError(f"export: a recording or TORCH_TRACE directory is required ({USAGE})")
+    if out is None:
+        raise CliError(f"export: -o FILE is required ({USAGE})")
+    from ctmon.report.merge import load_nodes
+    from ctmon.report.perfetto import export
+
+    load_nodes(paths)  # one line when the input cannot be read (or is not one job)
+    timeline = export(_events(paths))
+    parent = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with open(out, "w", encoding="utf-8") as f:
+            if fmt == "perfetto":
+                json.dump(timeline, f, separators=(",", ":"), allow_nan=False)
+            else:
+                from ctmon.report.timeline_svg import draw
+
+                f.write(draw(timeline))
+    except OSError as e:
+        raise CliError(f"export: cannot write {out}: {e.strerror or e}") from None
+    n = sum(1 for e in timeline["traceEvents"] if e["ph"] != "M")
+    sys.stderr.write(f"ctmon: wrote {out} ({n} events)\n")
+    return 0
+
+
+def _events(paths: list[str]) -> Iterator[Event | Unknown]:
+    from ctmon.report.torch_trace import TraceStats, is_torch_trace, trace_events
+    from ctmon.wire.decode import typed
+    from ctmon.wire.feeds import NodesFeed
+    from ctmon.wire.recording import read_recording
+
+    if is_torch_trace(paths[0]):
+        for d in trace_events(paths, TraceStats()):
+            ev = typed(d)
+            if ev is not None:
+                yield ev
+    elif len(paths) > 1:
+        for batch in NodesFeed(paths).batches():
+            yield from batch
+    else:
+        yield from read_recording(paths[0])
