@@ -157,7 +157,10 @@ def test_not_a_module_name() -> None:
         ),
         (["record", "--listen", "localhost:http", JOB], "ctmon: bad --listen 'localhost:http': expected [HOST:]PORT"),
         (["record", "--listen", "70000", JOB], "ctmon: bad --listen '70000': expected [HOST:]PORT"),
-        (["frobnicate"], "ctmon: unknown command 'frobnicate' (commands: attach, record, replay, report, watch)"),
+        (
+            ["frobnicate"],
+            "ctmon: unknown command 'frobnicate' (commands: attach, record, replay, report, export, watch)",
+        ),
     ],
     ids=[
         "unknown option",
@@ -447,7 +450,11 @@ def _truncated(tmp_path) -> str:  # type: ignore[no-untyped-def]
             "ctmon: {p} is not a ctmon recording (first line is not a ctmon event)",
             id="JSON, not events",
         ),
-        pytest.param("dir", "ctmon: {p} is a directory, not a recording", id="directory"),
+        pytest.param(
+            "dir",
+            "ctmon: {p} is a directory, not a recording (nor PyTorch's trace: no TORCH_TRACE *.log files in it)",
+            id="directory",
+        ),
     ],
 )
 def test_unreadable_recordings(tmp_path, cmd, content, message) -> None:  # type: ignore[no-untyped-def]

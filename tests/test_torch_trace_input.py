@@ -92,7 +92,7 @@ def test_a_traced_job_of_two_ranks_is_reported_per_rank(tmp_path):
 def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    one_line_containing(ctmon("report", str(empty)), "a directory without TORCH_TRACE log files")
+    one_line_containing(ctmon("report", str(empty)), "no TORCH_TRACE *.log files in it")
     trace = _plain(tmp_path, [BREAKS])
     (log,) = [os.path.join(trace, n) for n in os.listdir(trace)]
     whole = _report(trace)["compile"]["compiles"]
@@ -137,4 +137,4 @@ def test_a_trace_replays_on_the_screen(tmp_path):
     # the command line refuses what it cannot read in one line, before it needs a terminal
     empty = tmp_path / "empty"
     empty.mkdir()
-    one_line_containing(ctmon("replay", str(empty)), "a directory without TORCH_TRACE log files")
+    one_line_containing(ctmon("replay", str(empty)), "no TORCH_TRACE *.log files in it")

@@ -33,7 +33,23 @@ def compile_counts(cs: CompileState) -> dict[str, Any]:
         "backward_time_s": cs.bwd_time_s,
         "recompile_limit": cs.recompile_limit,
         "torch_compile_calls": cs.call_count,
+        "phases_s": compile_phases(cs),
     }
+
+
+def compile_phases(cs: CompileState) -> dict[str, float]:
+    """Where frame compile time went, from each compile's metrics: Dynamo
+    (tracing, guards: the frame's time less its backend's), the backend
+    (AOTAutograd and Inductor), and within it Inductor and its code
+    generation. Sums over compiles; a phase no compile reported is 0."""
+    out = {"dynamo": 0.0, "backend": 0.0, "inductor": 0.0, "code_gen": 0.0}
+    for c in cs.compiles:
+        backend = c.backend_s or 0.0
+        out["dynamo"] += max(0.0, c.time_s - backend)
+        out["backend"] += backend
+        out["inductor"] += c.inductor_s or 0.0
+        out["code_gen"] += c.code_gen_s or 0.0
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def cache_counts(cs: CompileState) -> dict[str, Any]:

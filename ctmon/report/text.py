@@ -201,6 +201,12 @@ def full_text(r: dict[str, Any]) -> str:
         f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
         f"{fmt_s(c['backward_time_s'])} backward graphs)"
     )
+    ph = c.get("phases_s") or {}
+    if ph.get("backend"):
+        add(
+            f"  frames: Dynamo {fmt_s(ph['dynamo'])}, backend {fmt_s(ph['backend'])} "
+            f"(Inductor {fmt_s(ph['inductor'])}, of it code generation {fmt_s(ph['code_gen'])})"
+        )
     frames = r.get("frames") or []
     if frames:
         add("")

@@ -54,6 +54,8 @@ def is_torch_trace(path: str) -> bool:
     """A TORCH_TRACE directory, or one of its log files (by its first line)."""
     if os.path.isdir(path):
         return True
+    if not os.path.isfile(path):
+        return False  # a FIFO, a device, nothing: never opened here (a FIFO would block)
     try:
         with open(path, "rb") as f:
             head = f.readline(4096)
@@ -71,7 +73,9 @@ def trace_files(paths: list[str]) -> list[str]:
                 os.path.join(p, n) for n in os.listdir(p) if n.endswith(".log") and os.path.isfile(os.path.join(p, n))
             )
             if not found:
-                raise RecordingError(f"{p}: a directory without TORCH_TRACE log files (*.log)")
+                raise RecordingError(
+                    f"{p} is a directory, not a recording (nor PyTorch's trace: no TORCH_TRACE *.log files in it)"
+                )
             out += found
         else:
             out.append(p)

@@ -64,6 +64,7 @@ class CompileRecord:
     time_s: float = 0.0
     backend_s: float | None = None
     inductor_s: float | None = None
+    code_gen_s: float | None = None
     recompile_reason: str | None = None
     guard_failures: list[str] = field(default_factory=list)
     fail_type: str | None = None
@@ -260,6 +261,7 @@ class CompileState:
             time_s=time_s,
             backend_s=ev.backend_compile_time_s,
             inductor_s=ev.inductor_compile_time_s,
+            code_gen_s=ev.code_gen_time_s,
             recompile_reason=ev.recompile_reason or None,
             guard_failures=self._reasons.pop(cid, []),
             fail_type=ev.fail_type or None,
