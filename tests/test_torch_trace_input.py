@@ -138,3 +138,22 @@ def test_a_trace_replays_on_the_screen(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     one_line_containing(ctmon("replay", str(empty)), "no TORCH_TRACE *.log files in it")
+
+
+def test_a_large_trace_streams_and_says_how_far_it_is(tmp_path):
+    trace = _plain(tmp_path, [BREAKS])
+    (log,) = [os.path.join(trace, n) for n in os.listdir(trace)]
+    with open(log, "rb") as f:
+        chunk = f.read()
+    copies = (70 << 20) // len(chunk) + 1  # past the size below which nothing is said
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "dedicated_log_torch_trace_big.log", "wb") as f:
+        for _ in range(copies):
+            f.write(chunk)
+    one = _report(trace)["compile"]["compiles"]
+    out = ctmon("report", str(big), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["compile"]["compiles"] == one * copies
+    said = [ln for ln in out.stderr.splitlines() if ln.startswith("ctmon: reading ")]
+    assert 2 <= len(said) <= 4 and all("% (" in ln and " MB)" in ln for ln in said), out.stderr

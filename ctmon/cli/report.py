@@ -52,11 +52,12 @@ def main(argv: list[str]) -> int:
     if not paths:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
     checks = parse_budgets(budgets)
+    from ctmon.cli.progress import reading
     from ctmon.report.build import build_report
     from ctmon.report.merge import load_nodes
     from ctmon.report.text import full_text
 
-    session, stats, nodes = load_nodes(paths)
+    session, stats, nodes = load_nodes(paths, reading(" ".join(paths)[:80]))
     report = build_report(session, nodes)
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))

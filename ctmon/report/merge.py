@@ -13,6 +13,7 @@ ranks of the others then join the first's, whose own view (its local rank
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ctmon.report.load import load
@@ -37,7 +38,9 @@ def _node(path: str, s: Session) -> dict[str, Any]:
     }
 
 
-def load_nodes(paths: list[str]) -> tuple[Session, ReadStats, list[dict[str, Any]]]:
+def load_nodes(
+    paths: list[str], progress: Callable[[int, int], None] | None = None
+) -> tuple[Session, ReadStats, list[dict[str, Any]]]:
     """The first recording's store with every other recording's ranks in it,
     and one object per recording; a ``RecordingError`` (one line) when the
     recordings are not the nodes of one job."""
@@ -45,7 +48,7 @@ def load_nodes(paths: list[str]) -> tuple[Session, ReadStats, list[dict[str, Any
     if any(traced):
         if not all(traced):
             raise RecordingError("a PyTorch trace and a ctmon recording cannot be reported together")
-        session, tstats = load_trace(paths)
+        session, tstats = load_trace(paths, progress)
         stats = ReadStats()
         stats.warnings += tstats.warnings
         return session, stats, []

@@ -22,7 +22,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,10 @@ _RANK_NAME = re.compile(r"_rank_(\d+)_")
 TRACE_PREFIX = "dedicated_log_torch_trace"
 _RANK_FIELD = re.compile(r'"rank": (\d+)[,}]')
 RANK_SCAN = 64 << 20  # how far into a file without a rank in its name to look for one
-MAX_PAYLOAD = 64 << 20  # one record's payload kept at most (a huge generated-code artifact is skipped)
+MAX_PAYLOAD = 64 << 20
+PROGRESS_STEP = (
+    8 << 20
+)  # how often a reader hears how far it is  # one record's payload kept at most (a huge generated-code artifact is skipped)
 
 
 @dataclass
@@ -47,7 +50,10 @@ class TraceStats:
     skipped_lines: int = 0
     bad_records: int = 0
     bytes: int = 0
+    total_bytes: int = 0
     warnings: list[str] = field(default_factory=list)
+    # called now and then with (bytes read, bytes in all files): a large trace says how far it is
+    progress: Callable[[int, int], None] | None = None
 
 
 def is_torch_trace(path: str) -> bool:
@@ -89,6 +95,7 @@ def trace_events(paths: list[str], stats: TraceStats) -> Iterator[dict[str, Any]
     status at the end."""
     files = trace_files(paths)
     stats.files = len(files)
+    stats.total_bytes = sum(_size(f) for f in files)
     ranks = {f: _rank_of(f) for f in files}
     ranked = [r for r in ranks.values() if r is not None]
     world = len(ranked) if ranked and len(ranked) == len(files) else None
@@ -109,6 +116,13 @@ def trace_events(paths: list[str], stats: TraceStats) -> Iterator[dict[str, Any]
         last = max(last, ev["t"])
         yield ev
     yield {"kind": protocol.EXIT, "t": last, "code": None, "signal": None}
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _rank_of(path: str) -> int | None:
@@ -169,6 +183,7 @@ def _records(path: str, stats: TraceStats) -> Iterator[tuple[float, int, dict[st
     head: tuple[float, int, dict[str, Any]] | None = None
     payload: list[str] = []
     size = 0
+    next_report = stats.bytes + PROGRESS_STEP
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below, also when the reader stops early
     except OSError as e:
@@ -176,6 +191,9 @@ def _records(path: str, stats: TraceStats) -> Iterator[tuple[float, int, dict[st
     with f:
         for raw in f:
             stats.bytes += len(raw)
+            if stats.progress is not None and stats.bytes >= next_report:
+                next_report = stats.bytes + PROGRESS_STEP
+                stats.progress(stats.bytes, stats.total_bytes)
             line = raw.decode("utf-8", "replace").rstrip("\n")
             if line.startswith("\t"):
                 if head is not None and size < MAX_PAYLOAD:
@@ -231,12 +249,12 @@ def _file_events(path: str, rank: int | None, world: int | None, stats: TraceSta
         yield from events
 
 
-def load_trace(paths: list[str]) -> tuple[Any, TraceStats]:
+def load_trace(paths: list[str], progress: Callable[[int, int], None] | None = None) -> tuple[Any, TraceStats]:
     """The store of a traced job (a ``RecordingError``, one line, when there
     is nothing to read)."""
     from ctmon.store import Session
 
-    stats = TraceStats()
+    stats = TraceStats(progress=progress)
     s = Session()
     for ev in trace_events(paths, stats):
         s.apply(ev)
