@@ -28,18 +28,21 @@ pytestmark = pytest.mark.skipif(not os.path.exists(TLPARSE), reason="tlparse is 
 _ARTIFACT = re.compile(r"^(.*)_\d+\.\w+$")
 
 
-def tlparse_facts(trace: str, out: str) -> Counter[str]:
+def tlparse_facts(trace: str, out: str) -> tuple[Counter[str], set[str]]:
     run = subprocess.run([TLPARSE, trace, "-o", out, "--no-browser", "--overwrite"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     with open(os.path.join(out, "compile_directory.json")) as f:
         directory: dict[str, Any] = json.load(f)
     kinds: Counter[str] = Counter()
-    for entry in directory.values():
+    finished: set[str] = set()  # compile ids with metrics, restarted attempts ("0/0_1") as their compile
+    for cid, entry in directory.items():
         for art in entry.get("artifacts", []):
             m = _ARTIFACT.match(art["name"])
             if m:
                 kinds[m.group(1)] += 1
-    return kinds
+                if m.group(1) == "compilation_metrics":
+                    finished.add(cid.strip("[]").split("_")[0])
+    return kinds, finished
 
 
 @pytest.mark.parametrize("argv", [[workload("graph_breaks.py")], [workload("cache_model.py"), "40"]])
@@ -48,7 +51,7 @@ def test_ctmon_counts_what_tlparse_finds_in_the_same_trace(tmp_path, argv):
     env = env_with(TORCH_TRACE=trace, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
     subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True, timeout=300)
     (log,) = os.listdir(trace)
-    tl = tlparse_facts(os.path.join(trace, log), str(tmp_path / "tl"))
+    tl, ids = tlparse_facts(os.path.join(trace, log), str(tmp_path / "tl"))
     out = ctmon("report", trace, "--json")
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)
@@ -57,6 +60,9 @@ def test_ctmon_counts_what_tlparse_finds_in_the_same_trace(tmp_path, argv):
     assert c["backward_compiles"] == tl["bwd_compilation_metrics"]
     assert c["recompiles"] == tl["recompile_reasons"]
     assert c["graph_breaks"] == tl["dynamo_graph_break_reason"]
+    # where compiles began: every compile id tlparse lists, under the user's line that called in
+    assert {i for site in rep["compile_sites"] for i in site["compile_ids"]} == ids
+    assert all(site["file"] == argv[0] for site in rep["compile_sites"])
     assert (fx["hit"], fx["miss"], fx["bypass"]) == (
         tl["fx_graph_cache_hit"],
         tl["fx_graph_cache_miss"],

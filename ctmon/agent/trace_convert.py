@@ -216,6 +216,11 @@ class TraceConverter:
             if users:
                 u = users[-1]
                 ev["user"] = {k: u[k] for k in ("file", "line", "name", "code") if u.get(k) is not None}
+        # where the user's code called into what is compiled (tlparse's stack trie, one level)
+        callers = [f for f in stack[:-1] if is_own_file(f["file"])]
+        if callers:
+            c = callers[-1]
+            ev["caller"] = {k: c[k] for k in ("file", "line", "name", "code") if c.get(k) is not None}
         # Module attribution only matters when Dynamo compiled torch's own
         # wrapper (torch.compile(module)); a user function names itself.
         user_code = bool(stack) and is_user_file(stack[-1]["file"])

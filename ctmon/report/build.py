@@ -15,7 +15,7 @@ import msgspec
 import ctmon
 from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_reports
 from ctmon.store import Session
-from ctmon.store.compiles import Frame
+from ctmon.store.compiles import CompileRecord, CompileState, Frame
 from ctmon.store.findings.model import called_from_dict
 from ctmon.wire.protocol import finite
 
@@ -70,6 +70,8 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "compile": job_totals(s, compile_counts),
         "compile_calls": [_fields(c) for c in cs.calls[:20]],
         "frames": [_frame(f) for f in cs.frames_sorted()],
+        "compiles": [_compile(c) for c in cs.compiles[:COMPILES_LISTED]],
+        "compile_sites": compile_sites(cs),
         "graph_breaks": [
             {
                 "reason": b.reason,
@@ -123,6 +125,41 @@ def _frame(f: Frame) -> dict[str, Any]:
         "time_s": _r(f.time_s),
         "compile_ids": [c.compile_id for c in f.compiles][:100],
     }
+
+
+COMPILES_LISTED = 1000
+
+
+def _compile(c: CompileRecord) -> dict[str, Any]:
+    """One compile: what tlparse lists per compile id, as the report's reader needs it."""
+    return {
+        "compile_id": c.compile_id,
+        "frame_id": c.frame_id,
+        "recompile": c.is_recompile,
+        "reason": c.recompile_reason,
+        "time_s": _r(c.time_s),
+        "phases_s": {"backend": _r(c.backend_s), "inductor": _r(c.inductor_s), "code_gen": _r(c.code_gen_s)},
+        "graph_ops": c.graph_ops,
+        "guards": c.guards,
+        "graph_breaks": c.graph_breaks,
+        "fx_graph": {"hit": c.fx_hits, "miss": c.fx_misses},
+        "restarts": list(c.restarts),
+        "failed": f"{c.fail_type}: {c.fail_reason or ''}".strip() if c.fail_type else None,
+        "started_at": called_from_dict(c.started_at),
+    }
+
+
+def compile_sites(cs: CompileState) -> list[dict[str, Any]]:
+    """Where in the user's code compiles began (tlparse's stack trie, flat):
+    each line with the compile ids that began under it, most first."""
+    sites: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for c in cs.compiles:
+        at = c.started_at
+        if at is None:
+            continue
+        site = sites.setdefault((at.file, at.line), {**(called_from_dict(at) or {}), "compile_ids": []})
+        site["compile_ids"].append(c.compile_id)
+    return sorted(sites.values(), key=lambda x: -len(x["compile_ids"]))
 
 
 def _generation(s: Session) -> dict[str, Any] | None:

@@ -207,6 +207,15 @@ def full_text(r: dict[str, Any]) -> str:
             f"  frames: Dynamo {fmt_s(ph['dynamo'])}, backend {fmt_s(ph['backend'])} "
             f"(Inductor {fmt_s(ph['inductor'])}, of it code generation {fmt_s(ph['code_gen'])})"
         )
+    sites = r.get("compile_sites") or []
+    if len(sites) > 0:
+        add("")
+        add("Where compiles began (your line → compile ids)")
+        for site in sites[:8]:
+            ids = site["compile_ids"]
+            shown = ", ".join(ids[:6]) + (f", … {len(ids) - 6} more" if len(ids) > 6 else "")
+            code = f"  `{site['code']}`" if site.get("code") else ""
+            add(f"  {where(site['file'], site['line'], cwd)}{code}  → {shown}")
     frames = r.get("frames") or []
     if frames:
         add("")

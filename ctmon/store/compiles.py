@@ -80,6 +80,7 @@ class CompileRecord:
     fx_misses: int = 0
     ok: bool = True
     called_from: E.StackFrame | None = None  # the user's own line into a library's frame
+    started_at: E.StackFrame | None = None  # the innermost line of the user's code when it began
     guard: Any = field(default=None, repr=False, compare=False)  # the findings engine's parse of the reason
 
     @property
@@ -274,6 +275,7 @@ class CompileState:
             fx_hits=ev.inductor_fx_local_cache_hit_count or 0,
             fx_misses=ev.inductor_fx_local_cache_miss_count or 0,
             called_from=start.called_from if start is not None else None,
+            started_at=(start.caller or start.called_from or start.user) if start is not None else None,
         )
         if rec.recompile_reason and not rec.guard_failures:
             rec.guard_failures = [rec.recompile_reason]

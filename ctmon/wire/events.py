@@ -160,6 +160,7 @@ class CompileStart(Ranked, tag="compile_start"):
     user_code: bool = True
     user: StackFrame | None = None
     called_from: StackFrame | None = None  # the user's own line into a library's frame
+    caller: StackFrame | None = None  # the innermost line of the user's own code that called the compiled frame
     module: str | None = None
     module_file: str | None = None
     module_line: int | None = None
