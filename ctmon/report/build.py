@@ -19,6 +19,8 @@ from ctmon.store.compiles import CompileRecord, CompileState, Frame
 from ctmon.store.findings.model import called_from_dict
 from ctmon.wire.protocol import finite
 
+TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/report/torch_trace.py)
+
 REPORT_VERSION = 1
 
 
@@ -34,10 +36,13 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
     if s.steps.current is not None:
         marked = len(s.steps.current.compile_marked([c.span for c in cs.compiles]))
     exit_info = s.exit
+    traced = s.meta.mode == TRACE_MODE
     report: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "ctmon_version": ctmon.__version__,
         "recorded_by": s.meta.ctmon_version,
+        # "torch_trace": read from PyTorch's TORCH_TRACE, which holds no steps, samples, output or exit status
+        "input": "torch_trace" if traced else "recording",
         "session_id": s.meta.session_id,
         "command": s.meta.command,
         "cwd": s.meta.cwd,
@@ -54,7 +59,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "triton": s.meta.triton,
         "devices": [_fields(d) for d in s.meta.devices],
         "steps": {
-            "count": st.count if st else 0,
+            "count": None if traced else (st.count if st else 0),
             "source": s.steps.source,
             "device_timed": bool(s.steps.current and s.steps.current.device_windows),
             "p50_ms": _r(st.p50_ms if st else None, 4),

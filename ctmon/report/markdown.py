@@ -35,7 +35,7 @@ def markdown(r: dict[str, Any]) -> str:
             "Steps",
             f"{st['count']} ({st['source']}), p50 {fmt_ms(st['p50_ms'])}, p90 {fmt_ms(st['p90_ms'])}"
             if st["count"]
-            else "no step boundaries",
+            else ("not in a PyTorch trace" if st["count"] is None else "no step boundaries"),
         ),
         *([("Generation", generation_text(r["generation"]))] if r.get("generation") else []),
         ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),

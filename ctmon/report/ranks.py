@@ -128,7 +128,7 @@ def rank_reports(s: Session) -> list[dict[str, Any]]:
                 "exit_code": fail.exit_code if fail else None,
                 "exit_signal": fail.signal if fail else None,
                 "steps": {
-                    "count": st.count if st else 0,
+                    "count": None if s.meta.mode == "torch_trace" else (st.count if st else 0),
                     "source": rs.session.steps.source,
                     "device_timed": bool(series is not None and series.device_windows),
                     "p50_ms": _r(st.p50_ms if st else None, 4),

@@ -168,7 +168,9 @@ def full_text(r: dict[str, Any]) -> str:
     st = r["steps"]
     add("")
     add("Steps")
-    if st["count"]:
+    if st["count"] is None:
+        add("  not in a PyTorch trace (step times, samples and output need a recording: ctmon record)")
+    elif st["count"]:
         add(
             f"  {st['count']} steps from {st['source']}"
             + (" (device-timed with CUDA events)" if st.get("device_timed") else "")
