@@ -158,3 +158,18 @@ def test_a_large_trace_streams_and_says_how_far_it_is(tmp_path):
     assert json.loads(out.stdout)["compile"]["compiles"] == one * copies
     said = [ln for ln in out.stderr.splitlines() if ln.startswith("ctmon: reading ")]
     assert 2 <= len(said) <= 4 and all("% (" in ln and " MB)" in ln for ln in said), out.stderr
+
+
+def test_a_size_specialised_to_one_value_is_named_at_the_users_line(tmp_path):
+    script = workload("specialize.py")
+    trace = _plain(tmp_path, [script])
+    live = record(tmp_path / "live", [script])
+    assert live.returncode == 0, live.proc.stderr
+    with open(script) as f:
+        line = next(i for i, text in enumerate(f, 1) if "SPECIALISED" in text and "if " in text)
+    for rep in (_report(trace), live.report()):
+        (x,) = rep["specializations"]
+        assert (x["file"], x["line"], x["value"]) == (script, line, "5"), x
+        assert x["sources"] == ["L['x'].size()[0]"] and x["code"] == "if x.shape[0] == 5:  # SPECIALISED"
+    text = ctmon("report", trace).stdout
+    assert "L['x'].size()[0] = 5 at " in text and f"specialize.py:{line}" in text

@@ -25,7 +25,9 @@ from typing import Any
 from ctmon.agent.channel import Channel
 from ctmon.wire import protocol
 
-KEEP_EVENTS = frozenset({"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str"})
+KEEP_EVENTS = frozenset(
+    {"dynamo_start", "compilation_metrics", "bwd_compilation_metrics", "str", "symbolic_shape_specialization"}
+)
 CACHE_ARTIFACTS = {
     "fx_graph_cache_hit": ("fx_graph", "hit"),
     "fx_graph_bundled_cache_hit": ("fx_graph", "hit"),

@@ -183,6 +183,8 @@ class TraceConverter:
                 mine = called_from(ev["user_stack"]) or self._called.get(str(base["compile_id"]))
                 if mine is not None:
                     ev["called_from"] = mine
+        elif name == "symbolic_shape_specialization":
+            ev = self._specialization(md.get(name) or {}, base)
         elif name == "recompile_reasons":
             ev = {"kind": protocol.RECOMPILE_REASONS, **base, "reasons": parse_reasons(extra)}
         elif name in CACHE_ARTIFACTS:
@@ -237,6 +239,22 @@ class TraceConverter:
             ev.update(attr)
             ev["module_user"] = is_user_file(attr.get("module_file"))
         ev.update(extra.get("cfg") or {})
+        return ev
+
+    def _specialization(self, sp: dict[str, Any], base: dict[str, Any]) -> protocol.Event:
+        ev: protocol.Event = {"kind": protocol.SPECIALIZATION, **base}
+        for k in ("symbol", "value", "reason"):
+            if sp.get(k) is not None:
+                ev[k] = protocol.clip(str(sp[k]), 500)
+        ev["sources"] = [protocol.clip(str(x), 300) for x in (sp.get("sources") or [])[:8]]
+        user = [f for f in sp.get("user_stack") or [] if isinstance(f, dict)]
+        if user:
+            fr = user[-1]
+            fn = fr.get("filename")
+            ev["file"] = self._strings.get(fn, str(fn)) if isinstance(fn, int) else str(fn)
+            ev["line"] = fr.get("line")
+            if fr.get("loc"):
+                ev["code"] = protocol.clip(str(fr["loc"]), 500)
         return ev
 
     def _metrics(self, md: dict[str, Any], base: dict[str, Any]) -> protocol.Event:

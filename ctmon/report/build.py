@@ -17,6 +17,7 @@ from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_re
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord, CompileState, Frame
 from ctmon.store.findings.model import called_from_dict
+from ctmon.wire import events as E
 from ctmon.wire.protocol import finite
 
 TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/report/torch_trace.py)
@@ -77,6 +78,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "frames": [_frame(f) for f in cs.frames_sorted()],
         "compiles": [_compile(c) for c in cs.compiles[:COMPILES_LISTED]],
         "compile_sites": compile_sites(cs),
+        "specializations": [_specialization(x) for x in cs.specializations],
         "graph_breaks": [
             {
                 "reason": b.reason,
@@ -151,6 +153,18 @@ def _compile(c: CompileRecord) -> dict[str, Any]:
         "restarts": list(c.restarts),
         "failed": f"{c.fail_type}: {c.fail_reason or ''}".strip() if c.fail_type else None,
         "started_at": called_from_dict(c.started_at),
+    }
+
+
+def _specialization(x: E.Specialization) -> dict[str, Any]:
+    return {
+        "compile_id": x.compile_id,
+        "sources": list(x.sources),
+        "value": x.value,
+        "reason": x.reason,
+        "file": x.file,
+        "line": x.line,
+        "code": x.code,
     }
 
 

@@ -218,6 +218,18 @@ def full_text(r: dict[str, Any]) -> str:
             shown = ", ".join(ids[:6]) + (f", … {len(ids) - 6} more" if len(ids) > 6 else "")
             code = f"  `{site['code']}`" if site.get("code") else ""
             add(f"  {where(site['file'], site['line'], cwd)}{code}  → {shown}")
+    specs = r.get("specializations") or []
+    if specs:
+        add("")
+        add("Sizes Dynamo specialised to one value (a new value recompiles)")
+        for x in specs[:8]:
+            what = ", ".join(x["sources"][:2]) or "?"
+            code = f"  `{x['code']}`" if x.get("code") else ""
+            add(
+                f"  {what} = {x['value']} at {where(x['file'], x['line'], cwd)}{code}  ({x['reason']}; {x['compile_id']})"
+            )
+        if len(specs) > 8:
+            add(f"  … {len(specs) - 8} more (report --json: specializations)")
     frames = r.get("frames") or []
     if frames:
         add("")

@@ -179,6 +179,7 @@ class CompileState:
         # what a library logged, by the line that logged it (a logging call
         # inside compiled code is also a graph break at that line)
         self.library_logs: dict[tuple[str | None, int | None], E.LibraryLog] = {}
+        self.specializations: list[E.Specialization] = []  # the first SPECIALIZATIONS_MAX
         self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
         self.bypass_reasons: Counter[str] = Counter()
         self.guard_misses: dict[str, int] = {}  # misses where the graph was cached under other shape guards

@@ -33,6 +33,7 @@ LOG_MAX = 5000
 STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 LIBRARY_LOGS_MAX = 500
+SPECIALIZATIONS_MAX = 1000  # shapes Dynamo specialised, kept for the report
 
 
 class Session:
@@ -82,6 +83,7 @@ class Session:
             E.DeviceTime: self._on_device_time,
             E.Generation: self._on_generation,
             E.LibraryLog: self._on_library_log,
+            E.Specialization: self._on_specialization,
             E.Uncaught: self._on_uncaught,
             E.ProcessEnd: self._on_process_end,
             E.Drops: self._on_drops,
@@ -364,6 +366,12 @@ class Session:
     def _on_generation(self, ev: E.Generation) -> None:
         if self.generation.on_generation(ev):
             self.rev["steps"] += 1
+
+    def _on_specialization(self, ev: E.Specialization) -> None:
+        kept = self.compile.specializations
+        if len(kept) < SPECIALIZATIONS_MAX:
+            kept.append(ev)
+            self.rev["compile"] += 1
 
     def _on_library_log(self, ev: E.LibraryLog) -> None:
         logs = self.compile.library_logs

@@ -309,6 +309,22 @@ class Generation(Ranked, tag="generation"):
     ms: Finite | None = None
 
 
+class Specialization(Ranked, tag="specialization"):
+    """A symbolic size Dynamo specialised to one value (PyTorch's
+    ``symbolic_shape_specialization``): ``sources`` name the inputs it came
+    from, ``file``:``line`` the user's code that forced it."""
+
+    compile_id: str | None = None
+    frame_id: int | None = None
+    symbol: str | None = None
+    sources: list[str] = []
+    value: str | None = None
+    reason: str | None = None
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+
+
 class LibraryLog(Ranked, tag="library_log"):
     """A warning a library logged (transformers), once per distinct message
     and line: ``file``:``line`` is the line that called the logger."""
@@ -423,6 +439,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     DeviceTime,
     Generation,
     LibraryLog,
+    Specialization,
     Uncaught,
     ProcessEnd,
     Drops,

@@ -64,6 +64,7 @@ CUDAGRAPH = "cudagraph"  # A: a cudagraphs event (skip, re-record, ...)
 STEPS = "steps"  # A: a batch of step boundaries
 DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
 GENERATION = "generation"  # A: one generate() call: its prefill and decode calls, time to first token
+SPECIALIZATION = "specialization"  # A: a dynamic dim Dynamo specialised to one value, at the user's line
 LIBRARY_LOG = "library_log"  # A: a warning a library (transformers) logged, with the line that logged it
 UNCAUGHT = "uncaught"  # A: the exception that ended the process, with the user's line
 PROCESS_END = "process_end"  # S: a rank's agent connection closed (the process ended, or exec'd)
@@ -92,6 +93,7 @@ KNOWN_KINDS = frozenset(
         DEVICE_TIME,
         GENERATION,
         LIBRARY_LOG,
+        SPECIALIZATION,
         UNCAUGHT,
         PROCESS_END,
         DROPS,
