@@ -11,6 +11,7 @@ of two ranks whose compile ids collide, as real ranks' do.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -65,6 +66,23 @@ def test_every_rank_counts_what_its_own_trace_file_says(job):
     assert job.rep["compile"]["recompiles"] == total.recompiles == 1
     assert (ranks[0]["compile"]["recompiles"], ranks[1]["compile"]["recompiles"]) == (0, 1)
     assert job.rep["exit_code"] == 0  # the launcher's
+
+
+def test_the_same_runs_torch_trace_reads_as_its_recording_per_rank(job):
+    """PyTorch's own trace of this very run, read by ``ctmon report DIR``
+    (tests/test_torch_trace_input.py): per rank, what the live recording says."""
+    out = ctmon("report", job.run.trace_dir, "--json")
+    assert out.returncode == 0, out.stderr
+    traced = json.loads(out.stdout)
+
+    def facts(r: dict) -> tuple:
+        return (r["rank"], *(r["compile"][k] for k in COMPILE_KEYS), r["cache"]["fx_graph"])
+
+    assert [facts(r) for r in traced["ranks"]] == [facts(r) for r in job.rep["ranks"]]
+    assert {(b["file"], b["line"]) for b in traced["graph_breaks"]} == {
+        (b["file"], b["line"]) for b in job.rep["graph_breaks"]
+    }
+    assert [f["rule"] for f in traced["findings"] if f["rule"] == "rank-divergence"] == ["rank-divergence"]
 
 
 def test_the_launcher_and_dataloader_workers_are_not_ranks(job):
