@@ -32,7 +32,6 @@ class AdoptedJob:
         self.emit = emit
         self.pidfd = -1
         self.last_output = 0.0
-        self.rank_watches: dict[int, object] = {}
         self._gone = False
         self._refused = False
 
