@@ -73,7 +73,11 @@ def exit_text(r: dict[str, Any]) -> str:
     if r.get("exit_signal"):
         return f"was killed by {r['exit_signal']}"
     if r.get("exit_code") is None:
-        return "is still running" if r.get("state") != "exited" else "ended (exit status not known to ctmon)"
+        if r.get("state") != "exited":
+            return "is still running"
+        if r.get("input") == "torch_trace":
+            return "ended (a PyTorch trace holds no exit status)"
+        return "ended (exit status not known to ctmon)"
     return f"exited with code {r['exit_code']}"
 
 
@@ -130,7 +134,7 @@ def full_text(r: dict[str, Any]) -> str:
     name = " ".join(r.get("command") or []) or "job"
     add(f"ctmon report — {name}")
     add(
-        f"  {exit_text(r).capitalize()}"
+        f"  {exit_text(r)[:1].upper()}{exit_text(r)[1:]}"
         + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else "")
     )
     env = ", ".join(
