@@ -559,7 +559,7 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
             "-x",
             "160",
             "-y",
-            "150",
+            "400",
             "-e",
             f"PYTHONPATH={ROOT}",
             "bash --norc --noprofile",
