@@ -104,9 +104,7 @@ def in_process(args: argparse.Namespace, tmp: str) -> dict[str, object]:
     loop = LOOP.split("t0 = time.perf_counter()")[0]  # the model and its warm-up, then the rounds
     with open(script, "w") as f:
         f.write(loop + IN_PROCESS)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks)]
-    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
-    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", os.path.join(tmp, "rec.jsonl"), "--", *launcher]
+    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", os.path.join(tmp, "rec.jsonl"), "--", *_torchrun(args)]
     cmd += [script, args.device, str(args.steps), str(args.width), str(args.pairs)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=900)
     per_rank = []
@@ -133,6 +131,12 @@ def in_process(args: argparse.Namespace, tmp: str) -> dict[str, object]:
     }
 
 
+def _torchrun(args: argparse.Namespace) -> list[str]:
+    """torchrun for ``args.ranks`` ranks on this host, on a free port."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks)]
+    return launcher + ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -146,9 +150,7 @@ def _env() -> dict[str, str]:
 
 
 def run_job(script: str, args: argparse.Namespace, kind: str, tmp: str) -> dict[int, float]:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks)]
-    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
-    cmd = [*launcher, script, args.device, str(args.steps), str(args.width)]
+    cmd = [*_torchrun(args), script, args.device, str(args.steps), str(args.width)]
     if kind == "ctmon":
         cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", os.path.join(tmp, "rec.jsonl"), "--", *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=900)

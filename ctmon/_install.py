@@ -95,9 +95,7 @@ def _start_supervisor(recording: str | None) -> tuple[str, str, str]:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(os.path.join(sdir, "viewer.sock")):
             if not os.path.isdir(sdir) or time.monotonic() > deadline:
-                log.seek(0)
-                said = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-                raise RuntimeError(said[-1] if said else "its supervisor did not start in time")
+                raise RuntimeError(runtime.last_line(log) or "its supervisor did not start in time")
             time.sleep(0.01)
         if not os.path.exists(agent):
             raise RuntimeError("its supervisor has no agent socket")

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ctmon.launch.runtime import alive
 from ctmon.wire import events as E
 
 
@@ -43,7 +44,7 @@ class AdoptedJob:
             self.sel.register(self.pidfd, selectors.EVENT_READ, ("pidfd", None))
         except (AttributeError, OSError):
             self.pidfd = -1
-        if self.pidfd < 0 and not _alive(self.proc.pid):
+        if self.pidfd < 0 and not alive(self.proc.pid):
             raise OSError(f"process {self.proc.pid} is gone")
 
     def exited(self) -> bool:
@@ -53,7 +54,7 @@ class AdoptedJob:
             ready, _, _ = select.select([self.pidfd], [], [], 0)
             self._gone = bool(ready)
         else:
-            self._gone = not _alive(self.proc.pid)
+            self._gone = not alive(self.proc.pid)
         if self._gone and self.pidfd >= 0:
             self.sel.unregister(self.pidfd)
             os.close(self.pidfd)
@@ -113,13 +114,3 @@ class AdoptedJob:
             "to stop or type into",
         )
         self.emit(note)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import BinaryIO
 
 from ctmon.launch import runtime
 from ctmon.launch.spec import JobSpec
@@ -74,20 +73,11 @@ def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, in
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(viewer):
             if proc.poll() is not None:
-                raise DaemonError(_last_line(log) or f"the supervisor exited with status {proc.returncode}")
+                raise DaemonError(runtime.last_line(log) or f"the supervisor exited with status {proc.returncode}")
             if time.monotonic() > deadline:
                 raise DaemonError("the supervisor did not start in time")
             time.sleep(0.01)
     return Detached(sid, sdir, viewer, os.path.abspath(rec), os.path.abspath(outlog), proc)
-
-
-def _last_line(log: BinaryIO) -> str:
-    try:
-        log.seek(0)
-        lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
-    except OSError:
-        return ""
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import re
 import stat
 import tempfile
 import time
+from typing import BinaryIO
 
 
 class RuntimeDirError(Exception):
@@ -134,7 +135,19 @@ def output_log_path(recording: str) -> str:
     return base + ".output.log"
 
 
-def _alive(pid: object) -> bool:
+def last_line(log: BinaryIO) -> str:
+    """The last non-empty line a detached supervisor wrote to its log: its
+    error, when it could not start."""
+    try:
+        log.seek(0)
+        lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""
+
+
+def alive(pid: object) -> bool:
+    """Whether a process of that pid exists (one of another user's counts)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -168,7 +181,7 @@ def list_sessions(clean: bool = True) -> list[dict[str, object]]:
             continue
         if not isinstance(info, dict):
             continue
-        live = _alive(info.get("supervisor_pid")) and os.path.exists(os.path.join(d, "viewer.sock"))
+        live = alive(info.get("supervisor_pid")) and os.path.exists(os.path.join(d, "viewer.sock"))
         if not live:
             if clean and time.time() - st.st_mtime > 5:
                 shutil.rmtree(d, ignore_errors=True)
