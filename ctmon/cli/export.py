@@ -53,8 +53,11 @@ def main(argv: list[str]) -> int:
         raise CliError(f"export: -o FILE is required ({USAGE})")
     from ctmon.report.merge import load_nodes
     from ctmon.report.perfetto import export
+    from ctmon.report.torch_trace import is_torch_trace
 
-    load_nodes(paths)  # one line when the input cannot be read (or is not one job)
+    if not is_torch_trace(paths[0]):
+        load_nodes(paths)  # one line when a recording cannot be read (or several are not one job)
+    # a trace is checked as it is read (ctmon/report/torch_trace.py), before anything is written
     timeline = export(_events(paths))
     parent = os.path.dirname(os.path.abspath(out))
     try:

@@ -72,12 +72,10 @@ def main(argv: list[str]) -> int:
 
 def _trace_feed(files: list[str]) -> ListFeed:
     """PyTorch's TORCH_TRACE logs, read as a recording (ctmon/report/torch_trace.py)."""
-    from ctmon.report.merge import load_nodes
     from ctmon.report.torch_trace import TraceStats, trace_events
-
-    load_nodes(files)  # RecordingError: one line (no logs in it, mixed with a recording, nothing readable)
     from ctmon.wire.feeds import ListFeed
 
+    # read once, here: RecordingError (one line) for no logs, a recording among them, nothing readable
     return ListFeed(list(trace_events(files, TraceStats())), name=os.path.basename(os.path.normpath(files[0])))
 
 

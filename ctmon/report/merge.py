@@ -46,8 +46,6 @@ def load_nodes(
     recordings are not the nodes of one job."""
     traced = [is_torch_trace(p) for p in paths]
     if any(traced):
-        if not all(traced):
-            raise RecordingError("a PyTorch trace and a ctmon recording cannot be reported together")
         session, tstats = load_trace(paths, progress)
         stats = ReadStats()
         stats.warnings += tstats.warnings

@@ -92,7 +92,11 @@ def trace_events(paths: list[str], stats: TraceStats) -> Iterator[dict[str, Any]
     """The events of one traced job: a session header, a ``process`` per
     file (with its rank where the file has one), every record the agent
     would have sent, in time order across files, and an exit of unknown
-    status at the end."""
+    status at the end. A ``RecordingError`` (one line) when a path is not a
+    trace, or nothing in them is a trace record -- raised as it is found, so
+    a reader never needs a first pass of its own."""
+    if not all(is_torch_trace(p) for p in paths):
+        raise RecordingError("a PyTorch trace and a ctmon recording cannot be reported together")
     files = trace_files(paths)
     stats.files = len(files)
     stats.total_bytes = sum(_size(f) for f in files)
@@ -115,6 +119,8 @@ def trace_events(paths: list[str], stats: TraceStats) -> Iterator[dict[str, Any]
     for ev in heapq.merge(*streams, key=lambda e: e["t"]):
         last = max(last, ev["t"])
         yield ev
+    if not stats.records:
+        raise RecordingError(f"{paths[0]}: no PyTorch trace records in it")
     yield {"kind": protocol.EXIT, "t": last, "code": None, "signal": None}
 
 
@@ -258,8 +264,6 @@ def load_trace(paths: list[str], progress: Callable[[int, int], None] | None = N
     s = Session()
     for ev in trace_events(paths, stats):
         s.apply(ev)
-    if not stats.records:
-        raise RecordingError(f"{paths[0]}: no PyTorch trace records in it")
     if stats.skipped_lines or stats.bad_records:
         stats.warnings.append(
             f"{stats.skipped_lines + stats.bad_records} line(s) of the trace were not records ctmon could read "
