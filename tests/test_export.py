@@ -164,11 +164,41 @@ def test_a_real_recording_and_a_real_trace_export_and_draw(tmp_path):
     tdoc = _export("--perfetto", trace, "-o", str(tmp_path / "t.json"))
     check_format(tdoc)
     assert sum(1 for e in tdoc["traceEvents"] if e["name"].startswith("graph break")) >= 2
+    _phases_lie_inside_their_compiles(tdoc, 0)
+    # a second run into the same directory: two processes without a rank, drawn apart
+    subprocess.run(
+        [sys.executable, workload("graph_breaks.py")],
+        env=env_with(TORCH_TRACE=trace),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    tdoc = _export("--perfetto", trace, "-o", str(tmp_path / "t2.json"))
+    check_format(tdoc)
+    names = [e["args"]["name"] for e in tdoc["traceEvents"] if e["name"] == "process_name"]
+    procs = [n for n in names if n.startswith("process (pid ")]
+    assert len(set(procs)) == 2, names
+    for pid in {e["pid"] for e in tdoc["traceEvents"] if e["ph"] == "X"}:
+        _phases_lie_inside_their_compiles(tdoc, pid)
     out = ctmon("export", "--svg", run.recording, "-o", str(tmp_path / "r.svg"))
     assert out.returncode == 0, out.stderr
     svg = ElementTree.parse(tmp_path / "r.svg").getroot()  # well-formed
     titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t and t.startswith("recompile") for t in titles)
+
+
+def _phases_lie_inside_their_compiles(doc: dict[str, Any], pid: int) -> None:
+    """PyTorch's phase timers, drawn where they ran: Dynamo's tracing and the
+    guards of each compile fall within that compile's slice."""
+    comp = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 2 and e["pid"] == pid]
+    frames = {e["args"]["compile_id"]: e for e in comp if e["name"].split()[0] in ("compile", "recompile")}
+    tracing = [e for e in comp if e["name"] == "Dynamo tracing"]
+    # every compile traced at least once (a graph break restarts the tracing)
+    assert frames and {e["args"]["compile_id"] for e in tracing} == set(frames), [e["name"] for e in comp]
+    for e in tracing + [e for e in comp if e["name"] == "guards"]:
+        outer = frames[e["args"]["compile_id"]]
+        assert outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + 1000, (outer, e)
+    assert not [e for e in comp if e["args"].get("placed")]  # no phase guessed from durations
 
 
 def test_export_refuses_bad_input_in_one_line(tmp_path):

@@ -237,6 +237,7 @@ TEMPLATES: dict[str, dict] = {
         "has_guarded_code": True,
     },
     "bwd_compile": {"compile_id": "0/0", "duration_us": 100, "inductor_compile_time_s": 0.1},
+    "compile_phase": {"compile_id": "0/0", "frame_id": 0, "phase": "backward", "ph": "B"},
     "recompile_reasons": {"compile_id": "0/1", "reasons": ["0/0: x"]},
     "graph_break": {
         "compile_id": "0/0",

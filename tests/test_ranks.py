@@ -228,6 +228,31 @@ def test_a_cache_hit_on_one_rank_and_a_miss_on_another_is_critical():
     assert f.severity == "critical" and f.title == "FX graph cache hit on rank 0 and missed on rank 1"
 
 
+def test_a_recompile_one_rank_is_still_compiling_is_critical_before_it_ends():
+    """The other ranks wait in a collective; if the job is killed mid-compile
+    (NCCL's watchdog), the open recompile is the only trace of the cause."""
+    s = Session()
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12), *_compile(0, "0/0"), *_compile(1, "0/0")]:
+        s.apply(ev)
+    reasons = {"kind": "recompile_reasons", "t": 10.0, "compile_id": "0/1", "frame_id": 0, "rank": 1}
+    s.apply({**reasons, "reasons": ["tensor 'x' size mismatch at index 0. expected 64, actual 48"]})
+    s.apply({**_compile(1, "0/1", t=10.0)[0]})  # started, not ended
+    tick = {"kind": "sample", "t": 12.0}
+    s.apply(tick)  # two seconds in: ranks a moment apart are not divergent yet
+    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+    s.apply({**tick, "t": 16.0})
+    (f,) = [f for f in s.findings() if f.rule == "rank-divergence"]
+    assert f.severity == "critical"
+    assert f.title == "Ranks compiled f differently: 2× on rank 1; 1× on rank 0 (rank 1 still compiling)"
+    assert f.evidence[0] == (
+        "rank 1: 2 compile(s), 1 recompile(s) (1 still compiling) — 0/1: still compiling after 6 s — "
+        "tensor 'x' size mismatch at index 0. expected 64, actual 48"
+    )
+    # the same recompile on both ranks, a moment apart, is no divergence
+    s.apply({**_compile(0, "0/1", t=13.0)[0]})
+    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+
+
 def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypatch):
     # the hook's module without its start-up call (it would claim this test process)
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon", "agent", "site")
@@ -291,6 +316,28 @@ def test_each_rank_is_said_to_step_compile_wait_or_stall():
     assert (by[2].state, by[2].detail) == ("exited", "3 s ago")
     s.apply(_hello(2, 2, 13))  # the same pid says hello again: it exec'd, it lives
     assert {x.rank: x.state for x in rank_statuses(s, now=35.0)}[2] != "exited"
+
+
+def test_a_rank_compiling_its_backward_graph_is_compiling_not_stalled():
+    """The backward graph compiles lazily at the first backward, after the
+    frame's compile has ended: PyTorch's timer for it says it is under way."""
+    from ctmon.store.rank_status import rank_statuses
+
+    s = Session()
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12), *_compile(0, "0/0"), *_compile(1, "0/0")]:
+        s.apply(ev)
+    for r in (0, 1):
+        s.apply(_steps(r, 3.0, 5))
+    phase = {"kind": "compile_phase", "compile_id": "0/0", "frame_id": 0, "phase": "backward", "rank": 1}
+    s.apply({**phase, "t": 3.1, "ph": "B"})
+    by = {x.rank: x for x in rank_statuses(s, now=20.0)}
+    assert (by[1].state, by[1].detail) == ("compiling", "backward of f for 17 s")
+    assert (by[0].state, by[0].detail) == ("waiting", "17 s, for rank 1 (compiling backward of f)")
+    s.apply({**phase, "t": 21.0, "ph": "E"})
+    s.apply({"kind": "bwd_compile", "t": 21.0, "compile_id": "0/0", "rank": 1, "duration_us": 17.9e6})
+    assert {x.rank: x.state for x in rank_statuses(s, now=21.5)}[1] != "compiling"
+    (rep,) = [rs for r, rs in s.ranks.items() if r == 1]
+    assert rep.session.compile.phase_s == {"backward": pytest.approx(17.9)}
 
 
 def test_sixty_four_ranks_fit_an_80_by_24_terminal():
@@ -396,6 +443,51 @@ Root Cause (first observed failure):
     )
     assert (other.rank, other.exit_code, other.signal, other.first) == (2, 1, None, False)
     assert rank_failures(["rank      : 1 (local_rank: 1)", "a line"]) == []
+
+
+def test_a_rank_aborted_by_nccls_watchdog_is_named_with_the_collective_it_waited_in():
+    """torch 2.11's torchrun names the signal only on the traceback line; the
+    watchdog's own line says which collective timed out, and after how long
+    (the text of a real run on two GPUs)."""
+    from ctmon.store.launcher_failures import rank_failures
+
+    watchdog = (
+        "[rank0]:[E1125 17:42:35.161893480 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=10000) "
+        "ran for 10075 milliseconds before timing out."
+    )
+    summary = """Failures:
+[1]:
+  time      : 2026-11-25_17:43:36
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 905)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 905
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_17:43:36
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 904)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 904
+"""
+    first, other = rank_failures(summary.splitlines())
+    assert (first.rank, first.signal, other.signal) == (0, "SIGABRT", "SIGTERM")
+    s = Session()
+    for ev in [_hello(0, 0, 904), _hello(1, 1, 905)]:
+        s.apply(ev)
+    for text in [watchdog, *summary.splitlines()]:
+        s.apply({"kind": "output", "t": 5.0, "stream": "stderr", "data": text + "\n"})
+    s.apply({"kind": "exit", "t": 6.0, "code": 1})
+    (f,) = [f for f in s.findings() if f.rule == "rank-failed"]
+    assert f.title == (
+        "Rank 0 was aborted by NCCL's watchdog: its ALLREDUCE waited past the 10 s timeout (pid 904, localhost); "
+        "the launcher then stopped the job"
+    )
+    assert "never reached the collective" in f.fix
 
 
 def test_a_launcher_that_runs_no_python_says_nothing_could_be_seen(tmp_path):

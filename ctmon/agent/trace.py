@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from ctmon.agent.channel import Channel
+from ctmon.agent.phases import phase_of
 from ctmon.wire import protocol
 
 KEEP_EVENTS = frozenset(
@@ -132,6 +133,10 @@ class TraceHandler(logging.Handler):
                 elif name == "compilation_metrics":
                     extra = {"cfg": read_dynamo_config()}
                 ch.put(("trace", name, record.created, md, extra), name != "str")
+            elif name == "chromium_event":
+                payload = getattr(record, "payload", None)
+                if isinstance(payload, str) and phase_of(payload) is not None:
+                    ch.put(("trace", name, record.created, md, payload), True)
         except Exception:
             ch.event_drops += 1
         return True

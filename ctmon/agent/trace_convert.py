@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from ctmon.agent.paths import called_from, is_ctmon_file, is_own_file, is_user_file
+from ctmon.agent.phases import phase_of
 from ctmon.agent.trace import BWD_FIELDS, CACHE_ARTIFACTS, METRIC_FIELDS
 from ctmon.wire import protocol
 
@@ -183,6 +184,8 @@ class TraceConverter:
                 mine = called_from(ev["user_stack"]) or self._called.get(str(base["compile_id"]))
                 if mine is not None:
                     ev["called_from"] = mine
+        elif name == "chromium_event":
+            ev = self._phase(extra, base)
         elif name == "symbolic_shape_specialization":
             ev = self._specialization(md.get(name) or {}, base)
         elif name == "recompile_reasons":
@@ -240,6 +243,19 @@ class TraceConverter:
             ev["module_user"] = is_user_file(attr.get("module_file"))
         ev.update(extra.get("cfg") or {})
         return ev
+
+    @staticmethod
+    def _phase(payload: Any, base: dict[str, Any]) -> protocol.Event | None:
+        """A compile phase's edge, at PyTorch's own timestamp (µs)."""
+        phase = phase_of(payload) if isinstance(payload, str) else None
+        if phase is None:
+            return None
+        ev = json.loads(payload)
+        ph, ts = ev.get("ph"), ev.get("ts")
+        if ph not in ("B", "E"):
+            return None
+        t = ts / 1e6 if isinstance(ts, (int, float)) and ts > 0 else base["t"]
+        return {"kind": protocol.COMPILE_PHASE, **base, "t": t, "phase": phase, "ph": ph}
 
     def _specialization(self, sp: dict[str, Any], base: dict[str, Any]) -> protocol.Event:
         ev: protocol.Event = {"kind": protocol.SPECIALIZATION, **base}

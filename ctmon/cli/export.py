@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _events(paths: list[str]) -> Iterator[Event | Unknown]:
+def _events(paths: list[str]) -> Iterator[Event | Unknown | tuple[Event | Unknown, int | None]]:
     from ctmon.report.torch_trace import TraceStats, is_torch_trace, trace_events
     from ctmon.wire.decode import typed
     from ctmon.wire.feeds import NodesFeed
@@ -86,7 +86,7 @@ def _events(paths: list[str]) -> Iterator[Event | Unknown]:
         for d in trace_events(paths, TraceStats()):
             ev = typed(d)
             if ev is not None:
-                yield ev
+                yield ev, d.get("origin")
     elif len(paths) > 1:
         for batch in NodesFeed(paths).batches():
             yield from batch

@@ -9,9 +9,11 @@ counter tracks. Times are microseconds from the run's first event. Built
 from the event stream of a recording or of a PyTorch trace, so a recompile
 storm can be seen against the step times at a glance.
 
-Compile phases come from the compile's own metrics: the whole frame, and
-within it the backend (AOTAutograd and Inductor), Inductor, and its code
-generation. The metrics give durations, not starts: the backend phases are
+Compile phases come from PyTorch's own phase timers where the run logged
+them (``compile_phase`` events: Dynamo tracing, guards, AOTAutograd,
+Inductor, code generation, autotuning, each backward graph), at the times
+they ran. Older recordings have only the compile's metrics: the backend
+(AOTAutograd and Inductor), Inductor and code generation as durations,
 placed at the compile's end, where they run (Dynamo traces first).
 """
 
@@ -23,7 +25,18 @@ from typing import Any
 from ctmon.wire import events as E
 
 JOB_PID = 0
+ORIGIN_PID = 10_000_000  # + the OS pid of a process without a rank, told apart from the job's
 TRACKS = {"steps": 1, "compiles": 2, "events": 3}
+
+
+PHASE_LABELS = {
+    "dynamo_tracing": "Dynamo tracing",
+    "guards": "guards",
+    "aot_autograd": "AOTAutograd",
+    "inductor": "Inductor",
+    "code_gen": "code generation",
+    "autotune": "autotuning",
+}
 
 
 class PerfettoExport:
@@ -34,6 +47,9 @@ class PerfettoExport:
         self._open: dict[tuple[int, str], E.CompileStart] = {}
         self._reasons: dict[tuple[int, str], list[str]] = {}
         self._boundary: dict[tuple[int, str], int] = {}  # a step source's last boundary, ns from the start
+        self._origin: int | None = None  # the process (OS pid) of the event being added, where told
+        self._phase_open: dict[tuple[int, str, str], float] = {}  # (pid, compile id, phase) -> start
+        self._traced: set[tuple[int, str]] = set()  # compiles whose phases PyTorch's timers gave
 
     def _us(self, t: float) -> float:
         return round(self._rel(t) * 1e6, 3)
@@ -46,10 +62,15 @@ class PerfettoExport:
         return t - self.t0
 
     def _pid(self, rank: int | None) -> int:
-        pid = JOB_PID if rank is None else rank + 1
+        origin = self._origin
+        if rank is not None:
+            pid, name = rank + 1, f"rank {rank}"
+        elif origin is not None:
+            pid, name = ORIGIN_PID + origin, f"process {origin}"
+        else:
+            pid, name = JOB_PID, "job"
         if pid not in self._named:
             self._named.add(pid)
-            name = "job" if rank is None else f"rank {rank}"
             self.out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
             self.out.append(
                 {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
@@ -58,9 +79,12 @@ class PerfettoExport:
                 self.out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
         return pid
 
-    def add(self, ev: E.Event | E.Unknown) -> None:
+    def add(self, ev: E.Event | E.Unknown, origin: int | None = None) -> None:
+        """One event; ``origin``: the OS pid of the process it came from,
+        where a trace holds several processes without a rank."""
         if isinstance(ev, E.Unknown) or ev.t <= 0:
             return
+        self._origin = origin
         rank = getattr(ev, "rank", None)
         kind = type(ev)
         if kind is E.SessionStart:
@@ -68,7 +92,7 @@ class PerfettoExport:
         elif kind is E.Process:
             assert isinstance(ev, E.Process)
             pid = self._pid(ev.rank)
-            label = f"rank {ev.rank}" if ev.rank is not None else "job"
+            label = f"rank {ev.rank}" if ev.rank is not None else "job" if origin is None else "process"
             where = ", ".join(str(x) for x in (ev.host, f"pid {ev.pid}" if ev.pid else None) if x)
             self.out.append(
                 {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"{label} ({where})"}}
@@ -86,8 +110,13 @@ class PerfettoExport:
         elif kind is E.Compile:
             assert isinstance(ev, E.Compile)
             self._compile(ev)
+        elif kind is E.CompilePhase:
+            assert isinstance(ev, E.CompilePhase)
+            self._phase(ev)
         elif kind is E.BwdCompile:
             assert isinstance(ev, E.BwdCompile)
+            if (self._pid(rank), f"{ev.compile_id} backward") in self._traced:
+                return  # drawn from PyTorch's timers already
             dur = ev.duration_us / 1e6 if ev.duration_us else (ev.inductor_compile_time_s or 0.0)
             self._slice(self._pid(rank), "compiles", f"backward {ev.compile_id}", self._rel(ev.t) - dur, dur, {})
         elif kind is E.GraphBreak:
@@ -169,6 +198,8 @@ class PerfettoExport:
             args["failed"] = f"{ev.fail_type}: {ev.fail_reason or ''}"[:500]
         recompile = bool(reasons) or bool(ev.recompile_reason)
         self._slice(pid, "compiles", f"{'recompile' if recompile else 'compile'} {cid} {name}", begin, dur, args)
+        if (pid, cid) in self._traced:
+            return  # its phases are drawn from PyTorch's timers, where they ran
         end = begin + dur
         for label, secs in (
             ("backend (AOTAutograd + Inductor)", ev.backend_compile_time_s),
@@ -177,6 +208,20 @@ class PerfettoExport:
         ):
             if secs and 0 < secs <= dur:
                 self._slice(pid, "compiles", label, end - secs, secs, {"compile_id": cid, "placed": "at the end"})
+
+    def _phase(self, ev: E.CompilePhase) -> None:
+        pid = self._pid(ev.rank)
+        cid = str(ev.compile_id)
+        key = (pid, cid, ev.phase)
+        if ev.ph == "B":
+            self._phase_open[key] = self._rel(ev.t)
+            return
+        start = self._phase_open.pop(key, None)
+        if start is None:
+            return
+        self._traced.add((pid, f"{cid} backward" if ev.phase == "backward" else cid))
+        label = f"backward {cid}" if ev.phase == "backward" else PHASE_LABELS.get(ev.phase, ev.phase)
+        self._slice(pid, "compiles", label, start, self._rel(ev.t) - start, {"compile_id": cid})
 
     def _sample(self, ev: E.Sample) -> None:
         pid = self._pid(None)
@@ -202,8 +247,13 @@ class PerfettoExport:
         return {"traceEvents": meta + timed, "displayTimeUnit": "ms", "otherData": {"exporter": "ctmon"}}
 
 
-def export(events: Iterable[E.Event | E.Unknown]) -> dict[str, Any]:
+def export(events: Iterable[E.Event | E.Unknown | tuple[E.Event | E.Unknown, int | None]]) -> dict[str, Any]:
+    """The timeline of an event stream; an item may be (event, origin): the
+    OS pid of a process without a rank that it came from."""
     ex = PerfettoExport()
-    for ev in events:
-        ex.add(ev)
+    for item in events:
+        if isinstance(item, tuple):
+            ex.add(*item)
+        else:
+            ex.add(item)
     return ex.result()

@@ -13,6 +13,7 @@ from typing import Any
 from ctmon.store import Session
 from ctmon.store.compiles import CompileState
 from ctmon.store.launcher_failures import rank_failures
+from ctmon.wire.protocol import COMPILE_PHASES
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -34,6 +35,9 @@ def compile_counts(cs: CompileState) -> dict[str, Any]:
         "recompile_limit": cs.recompile_limit,
         "torch_compile_calls": cs.call_count,
         "phases_s": compile_phases(cs),
+        # PyTorch's own phase timers, where the run logged them (a phase
+        # never seen is absent, not 0); nested phases each count whole
+        "traced_phases_s": {p: round(cs.phase_s[p], 3) for p in COMPILE_PHASES if p in cs.phase_s},
     }
 
 

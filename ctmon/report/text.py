@@ -13,6 +13,16 @@ from typing import Any
 from ctmon import locations
 from ctmon.textsafe import clean, clean_tree
 
+PHASE_NAMES = {
+    "dynamo_tracing": "Dynamo tracing",
+    "guards": "guards",
+    "aot_autograd": "AOTAutograd",
+    "inductor": "Inductor",
+    "code_gen": "code generation",
+    "autotune": "autotuning",
+    "backward": "backward graphs",
+}
+
 
 def _wrap(text: str, first: str, rest: str, width: int = 100) -> str:
     return "\n".join(textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest)) or first.rstrip()
@@ -213,6 +223,10 @@ def full_text(r: dict[str, Any]) -> str:
             f"  frames: Dynamo {fmt_s(ph['dynamo'])}, backend {fmt_s(ph['backend'])} "
             f"(Inductor {fmt_s(ph['inductor'])}, of it code generation {fmt_s(ph['code_gen'])})"
         )
+    traced = c.get("traced_phases_s") or {}
+    if traced:
+        add("  PyTorch's phase timers (nested: Inductor runs inside AOTAutograd or a backward graph's compile):")
+        add("    " + ", ".join(f"{PHASE_NAMES.get(k, k)} {fmt_s(v)}" for k, v in traced.items()))
     sites = r.get("compile_sites") or []
     if len(sites) > 0:
         add("")

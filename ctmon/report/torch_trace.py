@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctmon.agent.phases import phase_of
 from ctmon.agent.trace import KEEP_ARTIFACTS, KEEP_EVENTS
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.wire import protocol
@@ -114,7 +115,11 @@ def trace_events(paths: list[str], stats: TraceStats) -> Iterator[dict[str, Any]
         "command": ["TORCH_TRACE", *[os.path.abspath(p) for p in paths]],
         "synthetic": "torch_trace",
     }
-    streams = [_file_events(f, ranks[f], world if ranks[f] is not None else None, stats) for f in files]
+    # Several processes without a rank (separate runs in one directory, a
+    # job's helper processes): each event says which one it came from, for
+    # readers that draw processes apart (the timeline export).
+    apart = sum(1 for f in files if ranks[f] is None) > 1
+    streams = [_file_events(f, ranks[f], world if ranks[f] is not None else None, stats, apart) for f in files]
     last = start
     for ev in heapq.merge(*streams, key=lambda e: e["t"]):
         last = max(last, ev["t"])
@@ -227,21 +232,31 @@ def _records(path: str, stats: TraceStats) -> Iterator[tuple[float, int, dict[st
             yield (*head, "\n".join(payload) if payload else None)
 
 
-def _file_events(path: str, rank: int | None, world: int | None, stats: TraceStats) -> Iterator[dict[str, Any]]:
+def _file_events(
+    path: str, rank: int | None, world: int | None, stats: TraceStats, apart: bool = False
+) -> Iterator[dict[str, Any]]:
+    """One file's events; ``apart``: each stamped with the file's process
+    (``origin``: its pid) -- a key the event types do not hold, read only
+    from the dicts."""
     conv = TraceConverter()
-    said_hello = False
+    origin: int | None = None
     for t, pid, md, payload in _records(path, stats):
-        if not said_hello:
-            said_hello = True
+        if origin is None:
+            origin = pid
             hello: dict[str, Any] = {"kind": protocol.PROCESS, "t": t, "pid": pid}
             if rank is not None:
                 hello.update(rank=rank, world_size=world)
+            if apart:
+                hello["origin"] = origin
             yield hello
         name: Any = next(iter(md))
         if name == "artifact":
             art = md.get("artifact")
             name = art.get("name") if isinstance(art, dict) else None
             if name not in KEEP_ARTIFACTS:
+                continue
+        elif name == "chromium_event":
+            if payload is None or phase_of(payload) is None:
                 continue
         elif name not in KEEP_EVENTS:
             continue
@@ -252,6 +267,9 @@ def _file_events(path: str, rank: int | None, world: int | None, stats: TraceSta
         except Exception:  # a record of a shape this version does not know
             stats.bad_records += 1
             continue
+        if apart:
+            for ev in events:
+                ev["origin"] = origin
         yield from events
 
 

@@ -51,14 +51,31 @@ class RankStatus:
 
 
 def _compiling(rs: RankState, now: float) -> tuple[str, float] | None:
-    """The frame of this rank's oldest open compile, and for how long."""
-    active = rs.session.compile.active
-    if not active:
+    """What this rank has been compiling longest, and for how long: a frame
+    (Dynamo's compile) or a frame's backward graph (compiled lazily at the
+    first backward, which can take longer than the forward)."""
+    cs = rs.session.compile
+    oldest: tuple[float, str] | None = None
+    if cs.active:
+        start = min(cs.active.values(), key=lambda ev: ev.t)
+        frame = cs.frames.get(start.frame_id)
+        oldest = (start.t, frame.title if frame is not None else display_name(start.name) or "?")
+    for cid, t in cs.backward_active.items():
+        if oldest is None or t < oldest[0]:
+            frame = cs.frames.get(_frame_id(cid))
+            oldest = (t, f"backward of {frame.title if frame is not None else '?'}")
+    if oldest is None:
         return None
-    start = min(active.values(), key=lambda ev: ev.t)
-    frame = rs.session.compile.frames.get(start.frame_id)
-    name = frame.title if frame is not None else display_name(start.name) or "?"
-    return name, max(0.0, now - start.t)
+    return oldest[1], max(0.0, now - oldest[0])
+
+
+def _frame_id(compile_id: str) -> int | None:
+    """The frame of a compile id ("3/1" -> 3; "!0/3/1" of compiled autograd -> 3)."""
+    parts = compile_id.lstrip("!").split("/")
+    try:
+        return int(parts[-2])
+    except (IndexError, ValueError):
+        return None
 
 
 def rank_statuses(s: Session, now: float, figures: bool = True) -> list[RankStatus]:

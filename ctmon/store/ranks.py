@@ -79,6 +79,7 @@ KEPT_UNTIL_RANKED = (
     E.CompileStart,
     E.Compile,
     E.BwdCompile,
+    E.CompilePhase,
     E.RecompileReasons,
     E.GraphBreak,
     E.CacheResult,

@@ -74,6 +74,7 @@ class Session:
             E.CompileStart: self._on_compile_start,
             E.Compile: self._on_compile,
             E.BwdCompile: self._on_bwd,
+            E.CompilePhase: self._on_phase,
             E.RecompileReasons: self._on_reasons,
             E.GraphBreak: self._on_graph_break,
             E.CacheResult: self._on_cache,
@@ -324,6 +325,11 @@ class Session:
             self._log(ev.t, "compile", f"{cid} {name} at {where} ({rec.time_s:.2f}s)", "info", cid)
         self.rev["compile"] += 1
 
+    def _on_phase(self, ev: E.CompilePhase) -> None:
+        self.compile.on_phase(ev)
+        if ev.phase == "backward":  # what the ranks view shows changes
+            self.rev["compile"] += 1
+
     def _on_bwd(self, ev: E.BwdCompile) -> None:
         self.compile.on_bwd(ev)
         self.rev["compile"] += 1
@@ -485,11 +491,22 @@ class Session:
             self.rev["samples"] // 5,
             self.rev["meta"],
             self.exit is not None,
+            self._open_recompiles_due(),
         )
         if self._findings_key != key:
             self._findings = analyze(self)
             self._findings_key = key
         return self._findings
+
+    def _open_recompiles_due(self) -> int:
+        """How many ranks' open compiles have run long enough to count as a
+        divergence (the rule needs no new event to become true: only time)."""
+        from ctmon.store.findings.ranks import OPEN_RECOMPILE_S
+
+        if len(self.ranks) < 2 or self.last_t is None:
+            return 0
+        due = self.last_t - OPEN_RECOMPILE_S
+        return sum(1 for rs in self.ranks.values() for st in rs.session.compile.active.values() if st.t <= due)
 
 
 def _first_line(text: str | None, limit: int = 200) -> str:

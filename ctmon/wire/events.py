@@ -309,6 +309,16 @@ class Generation(Ranked, tag="generation"):
     ms: Finite | None = None
 
 
+class CompilePhase(Ranked, tag="compile_phase"):
+    """A phase of a compile began (``ph`` "B") or ended ("E"), at ``t``,
+    PyTorch's own timestamp of it (ctmon/agent/phases.py names the phases)."""
+
+    compile_id: str | None = None
+    frame_id: int | None = None
+    phase: str = ""
+    ph: str = ""
+
+
 class Specialization(Ranked, tag="specialization"):
     """A symbolic size Dynamo specialised to one value (PyTorch's
     ``symbolic_shape_specialization``): ``sources`` name the inputs it came
@@ -440,6 +450,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     Generation,
     LibraryLog,
     Specialization,
+    CompilePhase,
     Uncaught,
     ProcessEnd,
     Drops,

@@ -56,6 +56,7 @@ COMPILE_CALL = "compile_call"  # A: the job called torch.compile (what, where, w
 COMPILE_START = "compile_start"  # A: Dynamo starts compiling a frame
 COMPILE = "compile"  # A: a frame compile attempt finished (compilation_metrics)
 BWD_COMPILE = "bwd_compile"  # A: a backward graph was compiled
+COMPILE_PHASE = "compile_phase"  # A: a phase of a compile began or ended (PyTorch's own timers)
 RECOMPILE_REASONS = "recompile_reasons"  # A: guard failures behind a recompile
 GRAPH_BREAK = "graph_break"  # A: Dynamo split the graph
 CACHE = "cache"  # A: FX graph / AOTAutograd cache hit, miss or bypass
@@ -84,6 +85,7 @@ KNOWN_KINDS = frozenset(
         COMPILE_START,
         COMPILE,
         BWD_COMPILE,
+        COMPILE_PHASE,
         RECOMPILE_REASONS,
         GRAPH_BREAK,
         CACHE,
@@ -103,6 +105,10 @@ KNOWN_KINDS = frozenset(
         EXIT,
     }
 )
+
+# The compile phases of ``compile_phase`` events, in the order a compile goes
+# through them (ctmon/agent/phases.py says which of PyTorch's timers each is).
+COMPILE_PHASES = ("dynamo_tracing", "guards", "aot_autograd", "inductor", "code_gen", "autotune", "backward")
 
 # Step sources, by precedence: an explicit ctmon.step() outranks optimizer
 # steps, which outrank calls of a compiled callable at top level.

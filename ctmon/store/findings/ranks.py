@@ -19,14 +19,20 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.model import RANK_LIMIT, Finding, cut
-from ctmon.store.launcher_failures import rank_failures
+from ctmon.store.launcher_failures import collective_timeouts, rank_failures
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
     from ctmon.store.ranks import RankState
     from ctmon.store.session import Session
+    from ctmon.wire.events import CompileStart
 
 FrameKey = tuple[str | None, int | None, str | None]
+
+# A recompile still open this long counts against its rank: long enough that
+# ranks starting the same recompile a moment apart are not called divergent,
+# short enough to name the rank well before any collective times out.
+OPEN_RECOMPILE_S = 5.0
 
 WHY = (
     "Every collective (DDP's gradient all-reduce, FSDP's gathers) waits for all ranks: a rank that compiles "
@@ -61,17 +67,40 @@ def _step_at(rs: RankState, t: float) -> int | None:
     return bisect_right(series.times, t)
 
 
+def _open_recompiles(rs: RankState) -> dict[int, list[CompileStart]]:
+    """This rank's recompiles that started and have not ended, by frame: the
+    rank the others are waiting for, and, when the job is killed mid-compile,
+    the only trace of the divergence. A first compile still open is left
+    out: ranks reach their first compiles seconds apart."""
+    out: dict[int, list[CompileStart]] = defaultdict(list)
+    frames = rs.session.compile.frames
+    for start in rs.session.compile.active.values():
+        frame = frames.get(start.frame_id)
+        if frame is not None and frame.compiles:
+            out[id(frame)].append(start)
+    return out
+
+
 def rule_compile_divergence(s: Session) -> list[Finding]:
     if len(s.ranks) < 2:
         return []
+    now = s.last_t or 0.0
     frames: dict[FrameKey, dict[int, Frame]] = defaultdict(dict)
+    running: dict[int, dict[int, list[CompileStart]]] = {}
     for r, rs in s.ranks.items():
+        running[r] = _open_recompiles(rs)
         for f in rs.session.compile.frames.values():
             frames[_key(f)][r] = f
     out = []
     for by_rank in frames.values():
-        counts = {r: len(by_rank[r].compiles) if r in by_rank else 0 for r in s.ranks}
-        if len(set(counts.values())) < 2:
+        opened = {r: running[r].get(id(f), []) for r, f in by_rank.items()}
+        counts = {r: len(by_rank[r].compiles) + len(opened[r]) if r in by_rank else 0 for r in s.ranks}
+        # Ranks a moment apart on the same recompile are not divergent: an
+        # open recompile counts once it has run OPEN_RECOMPILE_S.
+        settled = {
+            r: n - sum(1 for st in opened.get(r, []) if now - st.t < OPEN_RECOMPILE_S) for r, n in counts.items()
+        }
+        if len(set(counts.values())) < 2 or len(set(settled.values())) < 2:
             continue
         groups: dict[int, list[int]] = defaultdict(list)
         for r, n in counts.items():
@@ -79,6 +108,7 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
         fewest = min(counts.values())
         most = max(counts, key=lambda r: (counts[r], -r))
         top = by_rank[most]
+        still = [r for r, starts in opened.items() if starts]
         parts = "; ".join(f"{n}× on {_ranks_text(rs)}" for n, rs in sorted(groups.items(), reverse=True))
         evidence = []
         for r in sorted(counts, key=lambda r: (-counts[r], r))[:8]:
@@ -94,8 +124,16 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
                 said.append(
                     f"{c.compile_id}{f' at step {step}' if step is not None else ''}: {(why or ['?'])[0][:160]}"
                 )
+            for start in opened[r][:2]:
+                step = _step_at(s.ranks[r], start.t)
+                why = s.ranks[r].session.compile.pending_reasons(str(start.compile_id)) or ["?"]
+                said.append(
+                    f"{start.compile_id}{f' at step {step}' if step is not None else ''}: still compiling after "
+                    f"{now - start.t:.0f} s — {why[0].strip()[:160]}"
+                )
             evidence.append(
-                f"rank {r}: {counts[r]} compile(s), {mine.recompiles} recompile(s)"
+                f"rank {r}: {counts[r]} compile(s), {mine.recompiles + len(opened[r])} recompile(s)"
+                + (f" ({len(opened[r])} still compiling)" if opened[r] else "")
                 + (f" — {'; '.join(said)}" if said else "")
             )
         out.append(
@@ -103,7 +141,8 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
                 id=f"rank-divergence:{top.title}",
                 rule="rank-divergence",
                 severity="critical",
-                title=f"Ranks compiled {top.title} differently: {parts}",
+                title=f"Ranks compiled {top.title} differently: {parts}"
+                + (f" ({_ranks_text(still)} still compiling)" if still else ""),
                 file=top.loc.file,
                 line=top.loc.line,
                 detail=WHY,
@@ -170,14 +209,23 @@ def rule_rank_failed(s: Session) -> list[Finding]:
     """A rank died and the launcher stopped the job: which, how, and what it means."""
     if not s.ranks:
         return []
-    fails = rank_failures(x.text for x in s.output.lines if x.stream == "stderr")
+    stderr = [x.text for x in s.output.lines if x.stream == "stderr"]
+    fails = rank_failures(stderr)
     if not fails:
         return []
     first = fails[0]
-    how = (
-        f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
-    ) + f" (pid {first.pid}{f', {first.host}' if first.host else ''})"
-    why = _KILLED.get(first.signal or "", "")
+    timed_out = collective_timeouts(stderr).get(first.rank) if first.signal == "SIGABRT" else None
+    if timed_out is not None:
+        limit = f"the {timed_out.timeout_s:g} s timeout" if timed_out.timeout_s is not None else "its timeout"
+        how = f"was aborted by NCCL's watchdog: its {timed_out.op or 'collective'} waited past {limit}"
+        why = (
+            "a collective did not complete on every rank within the process group's timeout, because some rank "
+            "never reached it: the divergence or stall findings name which rank was compiling or stuck"
+        )
+    else:
+        how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+        why = _KILLED.get(first.signal or "", "")
+    how += f" (pid {first.pid}{f', {first.host}' if first.host else ''})"
     others = [f for f in fails[1:]]
     rs = s.ranks.get(first.rank)
     raised = rs.session.uncaught if rs is not None else None
@@ -211,7 +259,11 @@ def rule_rank_failed(s: Session) -> list[Finding]:
                 for f in fails[:8]
             ],
             fix=(
-                "Look at that rank first: its own traceback in the output if it raised, the node's memory if it "
+                "The rank that was aborted is the one that waited: look at the rank that never reached the "
+                "collective (the rank-divergence or stalled-rank findings say which, and why). Raise the timeout "
+                "(init_process_group(timeout=...)) only for a wait that is expected, e.g. a first compile."
+                if timed_out is not None
+                else "Look at that rank first: its own traceback in the output if it raised, the node's memory if it "
                 "was killed (a smaller batch, activation checkpointing, or fewer DataLoader workers per rank)."
                 if first.signal in (None, "SIGKILL")
                 else "Look at that rank first: its own output, and the node's logs for the signal."
