@@ -19,23 +19,4 @@ TORCH_TRACE=/tmp/tt-ranks timeout 400 python3 -m ctmon record -o /tmp/rec-ranks.
 echo "ranks rc=$? $(( $(date +%s) - start )) s"
 tail -5 /tmp/out-ranks.txt
 cp /tmp/rec-ranks.jsonl "$OUT/ranks.jsonl"
-python3 - "$OUT/ranks.json" <<'PY'
-import glob, json, subprocess, sys
-rep = json.loads(subprocess.run([sys.executable, "-m", "ctmon", "report", "/tmp/rec-ranks.jsonl", "--json"],
-                                capture_output=True, text=True).stdout or "{}")
-json.dump(rep, open(sys.argv[1], "w"), indent=1)
-for r in rep.get("ranks") or []:
-    trace = {"compiles": 0, "recompiles": 0, "graph_breaks": 0}
-    for path in glob.glob(f"/tmp/tt-ranks/*_rank_{r['rank']}_*.log"):
-        for line in open(path, errors="replace"):
-            head = line[:400]
-            if '"compilation_metrics"' in head and '"bwd_compilation_metrics"' not in head:
-                trace["compiles"] += 1
-                if '"recompile_reason": "' in line or '"recompile_reason":"' in line:
-                    trace["recompiles"] += 1
-            if '"dynamo_graph_break_reason"' in head:
-                trace["graph_breaks"] += 1
-    print("rank", r["rank"], "ctmon", r["compile"], "steps", r["steps"], "gpu_mem_peak", r.get("gpu_mem_peak_bytes"),
-          "trace", trace)
-print("job", rep.get("compile"), "findings", [(f["severity"], f["title"]) for f in rep.get("findings") or []])
-PY
+python3 benchmarks/ranks_vs_trace.py /tmp/rec-ranks.jsonl /tmp/tt-ranks --json "$OUT/ranks.json"

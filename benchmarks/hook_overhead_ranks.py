@@ -39,8 +39,8 @@ import json, os, sys, time, torch
 device, steps, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rank = int(os.environ["RANK"])
 torch.set_num_threads(1)
-if device == "cuda":
-    torch.cuda.set_device(0)  # ranks share one GPU when there is one
+if device == "cuda":  # a GPU per rank where there are enough, else they share
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
 torch.manual_seed(rank)
 layers = []
 for _ in range(4):
@@ -94,8 +94,17 @@ for i in range(pairs):
 hook(True)
 off = statistics.median(offs)
 d = sorted(diffs)
+# 95 % interval of the median paired difference, free of any distribution:
+# the order statistics k and n-k+1 that the binomial(n, 1/2) puts around it.
+from math import comb
+n, k, tail = len(d), 0, 0.0
+while k < n // 2 and tail + comb(n, k) / 2**n <= 0.025:
+    tail += comb(n, k) / 2**n
+    k += 1
+lo, hi = (d[k - 1], d[n - k]) if k else (d[0], d[-1])
 print(f"RESULT {rank} " + json.dumps({"step_ms_off": off, "cost_pct_median": statistics.median(d) / off * 100,
-      "cost_pct_q25_q75": [d[len(d) // 4] / off * 100, d[3 * len(d) // 4] / off * 100], "hook_present": True}), flush=True)
+      "cost_pct_q25_q75": [d[len(d) // 4] / off * 100, d[3 * len(d) // 4] / off * 100],
+      "cost_pct_ci95": [lo / off * 100, hi / off * 100], "hook_present": True}), flush=True)
 """
 
 
@@ -118,6 +127,7 @@ def in_process(args: argparse.Namespace, tmp: str) -> dict[str, object]:
                     "step_ms_off": round(r["step_ms_off"], 4),
                     "cost_pct_median": round(r["cost_pct_median"], 3),
                     "cost_pct_q25_q75": [round(x, 3) for x in r["cost_pct_q25_q75"]],
+                    "cost_pct_ci95": [round(x, 3) for x in r["cost_pct_ci95"]],
                 }
             )
     if len(per_rank) != args.ranks:
