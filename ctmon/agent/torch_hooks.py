@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from ctmon.agent import bench_mode
 from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
 from ctmon.agent.library_log import LOGGING_MODULE
@@ -214,9 +215,22 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
         return
     clock = agent.clock
     warned: list[bool] = []
+    mode = bench_mode.forced_mode()  # ctmon bench's run of this script in one mode
+    if mode == bench_mode.EAGER:
+        try:
+            agent.emit(note("info", bench_mode.force_eager(torch)))
+        except Exception as e:  # an older torch: the run says what it could not do
+            agent.emit(note("error", f"ctmon bench: could not turn compilation off: {e!s:.200}"))
+        mode = None
+    said: set[str] = set()
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
+        if mode is not None:
+            kwargs, why = bench_mode.with_mode(kwargs, mode)
+            if why is not None and why not in said:
+                said.add(why)
+                agent.emit(note("warning", f"ctmon bench ({mode}): {why}"))
         result = original(*args, **kwargs)
         try:
             model = args[0] if args else kwargs.get("model")

@@ -22,6 +22,7 @@ commands:
   replay  FILE                                open the TUI on a recording (or a TORCH_TRACE dir)
   report  FILE [--json|--md]                  summarise a recording (or a TORCH_TRACE dir)
   export  --perfetto|--svg FILE -o OUT        the run as a timeline (Perfetto, chrome://tracing)
+  bench   [opts] SCRIPT|-m MODULE [ARGS...]    run a script once per torch.compile mode and compare
   watch   [PID]                               list this user's live jobs, attach to one
 
 Run 'ctmon <command> --help' for a command's options.
@@ -36,7 +37,7 @@ class CliError(Exception):
         self.status = status
 
 
-COMMANDS = ("attach", "record", "replay", "report", "export", "watch")
+COMMANDS = ("attach", "record", "replay", "report", "export", "watch", "bench")
 # ctmon's own requirements: a Python environment without one of them gets a
 # line saying so, not a traceback.
 REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil")

@@ -1,0 +1,276 @@
+"""``ctmon bench``: run the user's unmodified script once per torch.compile
+mode, each run recorded, and print one table and a recommendation.
+
+Each run is ``ctmon record`` of the script with ``CTMON_COMPILE_MODE`` set
+(ctmon/agent/bench_mode.py puts the mode into its torch.compile calls, or
+turns compilation off for ``eager``), in a process group of its own. The
+runner follows the recording as it grows -- the same store a report reads --
+to show which mode runs, whether it is compiling or stepping, and for how
+long, and to stop the run cleanly once it has made ``--steps`` steps or
+outlived ``--time-limit``: SIGINT to the job's group (Ctrl-C, which a
+training loop knows how to take), SIGTERM after a grace, SIGKILL last. A
+mode that fails (a compile error, out of memory) gets its line in the table;
+the other modes are still measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ctmon.cli import CliError
+from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.launch import runtime
+from ctmon.launch.spec import JobSpec
+from ctmon.report.bench import MODES, ModeRun, compare, mode_row, render_markdown, render_text
+from ctmon.store import Session
+from ctmon.wire.recording import StreamDecoder
+
+OPTIONS = [
+    OptionSpec(("--modes",), "modes", True, help=f"modes to run, comma-separated (default: all of {','.join(MODES)})"),
+    OptionSpec(("--steps",), "steps", True, help="stop each run after N steps (default: let it end)", metavar="N"),
+    OptionSpec(("--warm",), "warm", help="run each mode again on the same compile cache: cold vs warm compile time"),
+    OptionSpec(("--cache-dir",), "cache_dir", True, help="Inductor's cache for the runs (default: a fresh one)"),
+    OptionSpec(("--time-limit",), "time_limit", True, help="stop a run after S seconds (default 1800)", metavar="S"),
+    OptionSpec(("-o", "--output"), "output", True, help="keep the recordings in DIR", metavar="DIR"),
+    OptionSpec(("--json",), "json", help="print the results as JSON"),
+    OptionSpec(("--md",), "md", help="print the table as Markdown"),
+]
+USAGE = "ctmon bench [options] SCRIPT|-m MODULE [ARGS...]"
+DESCRIPTION = (
+    "Run a script once per torch.compile mode (the mode put into its torch.compile calls; eager through "
+    "torch.compiler.set_stance) and compare compile time, first step, steady step time, speed-up, memory "
+    "and recompiles."
+)
+POLL_S = 0.25
+INTERRUPT_GRACE_S = 15.0  # after SIGINT: a loop that catches KeyboardInterrupt saves and exits
+TERM_GRACE_S = 10.0
+
+
+def main(argv: list[str]) -> int:
+    parsed = parse_launch("bench", argv, OPTIONS)
+    if parsed.help:
+        sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
+        return 0
+    assert parsed.spec is not None
+    modes = _modes(parsed.text("modes"))
+    steps = _number("--steps", parsed.text("steps"), int)
+    limit = _number("--time-limit", parsed.text("time_limit"), float) or 1800.0
+    if parsed.flag("json") and parsed.flag("md"):
+        raise CliError("bench: --json and --md are alternatives: give one")
+    out_dir = parsed.text("output") or os.path.join(runtime.state_dir(), f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"bench: cannot create {out_dir}: {e.strerror or e}") from None
+    cache = parsed.text("cache_dir") or tempfile.mkdtemp(prefix="ctmon-bench-cache-")
+    progress = Progress(sys.stderr)
+    runs: list[ModeRun] = []
+    for i, mode in enumerate(modes):
+        label = f"[{i + 1}/{len(modes)}] {mode}"
+        run = run_mode(parsed.spec, mode, out_dir, cache, steps, limit, progress, label)
+        if parsed.flag("warm") and mode != "eager" and run.session is not None and run.error is None:
+            run.warm = run_mode(parsed.spec, mode, out_dir, cache, steps, limit, progress, label + " (warm)", "-warm")
+        runs.append(run)
+    progress.done()
+    rows = [mode_row(r) for r in runs]
+    doc: dict[str, Any] = {
+        "modes": rows,
+        "recommendation": compare(rows),
+        "command": parsed.spec.display(),
+        "steps_limit": steps,
+        "time_limit_s": limit,
+        "cache_dir": cache,
+        "cache_given": parsed.text("cache_dir") is not None,
+        "recordings": out_dir,
+        "device_timed": any(r.get("device_timed") for r in rows),
+    }
+    if parsed.flag("json"):
+        sys.stdout.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    elif parsed.flag("md"):
+        sys.stdout.write(render_markdown(doc))
+    else:
+        sys.stdout.write(render_text(doc))
+        sys.stdout.write(f"recordings: {out_dir}\n")
+    return 0 if any(r["status"] in ("ok", "time-limit") for r in rows) else 1
+
+
+def _modes(text: str | None) -> list[str]:
+    if text is None:
+        return list(MODES)
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise CliError(f"bench: unknown mode {', '.join(unknown) or '(none given)'} (modes: {', '.join(MODES)})")
+    return list(dict.fromkeys(modes))
+
+
+def _number(option: str, text: str | None, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        v = kind(text)
+    except ValueError:
+        raise CliError(f"bench: {option} takes a number, not {text!r}") from None
+    if not v > 0:
+        raise CliError(f"bench: {option} must be above 0")
+    return v
+
+
+def _job_args(spec: JobSpec) -> list[str]:
+    if spec.mode == "module":
+        return ["-m", spec.target, *spec.args]
+    return ["--", spec.target, *spec.args]
+
+
+def run_mode(
+    spec: JobSpec,
+    mode: str,
+    out_dir: str,
+    cache: str,
+    steps: int | None,
+    limit: float,
+    progress: Progress,
+    label: str,
+    suffix: str = "",
+) -> ModeRun:
+    rec = os.path.join(out_dir, f"{mode}{suffix}.jsonl")
+    log = os.path.join(out_dir, f"{mode}{suffix}.output.log")
+    for stale in (rec, log):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    env = {**os.environ, "CTMON_COMPILE_MODE": mode, "TORCHINDUCTOR_CACHE_DIR": cache}
+    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, *_job_args(spec)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=spec.cwd, start_new_session=True
+        )
+    follow = Follower(rec)
+    started = time.monotonic()
+    stopped: str | None = None
+    stop_at: float | None = None  # when to escalate the stop
+    stage = 0
+    while True:
+        code = proc.poll()
+        follow.read()
+        elapsed = time.monotonic() - started
+        progress.show(label, *follow.state(), elapsed)
+        if code is not None:
+            break
+        if stopped is None:
+            if steps is not None and follow.steps() >= steps:
+                stopped = "steps"
+            elif elapsed > limit:
+                stopped = "time-limit"
+            if stopped is not None:
+                _signal_group(proc, signal.SIGINT)
+                stop_at, stage = time.monotonic() + INTERRUPT_GRACE_S, 1
+        elif stop_at is not None and time.monotonic() > stop_at:
+            sig = signal.SIGTERM if stage == 1 else signal.SIGKILL
+            _signal_group(proc, sig)
+            stop_at, stage = (time.monotonic() + TERM_GRACE_S, 2) if stage == 1 else (None, 3)
+        time.sleep(POLL_S)
+    follow.read(final=True)
+    progress.show(label, "done", "", time.monotonic() - started, keep=True)
+    run = ModeRun(mode, follow.session if follow.events else None, rec, stopped, code)
+    if not follow.events:
+        run.error = f"nothing was recorded: {_last_line(log) or f'exit code {code}'}"
+    elif stopped is None and code != 0 and follow.session.uncaught is None and not follow.session.ranks:
+        run.error = _last_line(log) or f"exited with code {code}"
+    return run
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except OSError:
+        pass
+
+
+def _last_line(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [x.strip() for x in f.read().decode("utf-8", "replace").splitlines() if x.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+class Follower:
+    """A recording read as it grows, into a store."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.session = Session()
+        self.dec = StreamDecoder()
+        self.offset = 0
+        self.events = 0
+
+    def read(self, final: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        self.offset += len(chunk)
+        evs = self.dec.feed(chunk)
+        if final:
+            evs += self.dec.finish()
+        self.events += len(evs)
+        self.session.apply_all(evs)
+
+    def steps(self) -> int:
+        series = self.session.steps.current
+        return len(series) if series is not None else 0
+
+    def state(self) -> tuple[str, str]:
+        """What the run is doing (starting, compiling, stepping), and a detail."""
+        s = self.session
+        cs = s.compile
+        open_since = [ev.t for ev in cs.active.values()] + list(cs.backward_active.values())
+        for rs in s.ranks.values():
+            open_since += [ev.t for ev in rs.session.compile.active.values()]
+            open_since += list(rs.session.compile.backward_active.values())
+        compiles = cs.compile_count + sum(rs.session.compile.compile_count for rs in s.ranks.values())
+        done = f"{compiles} compile{'s' if compiles != 1 else ''} done"
+        if open_since:
+            return "compiling", f"for {max(0.0, time.time() - min(open_since)):.0f} s, {done}"
+        n = self.steps()
+        if n:
+            return "stepping", f"{n} step{'s' if n != 1 else ''}, {done}"
+        return "starting", ""
+
+
+class Progress:
+    """One line, rewritten in place on a terminal; on a pipe, a line per change of what runs."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.last = ""
+        self.shown_at = 0.0
+
+    def show(self, label: str, state: str, detail: str, elapsed: float, keep: bool = False) -> None:
+        text = f"{label}: {state}{f' {detail}' if detail else ''} ({elapsed:.0f} s)"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text[:200] + ("\n" if keep else ""))
+            self.stream.flush()
+            return
+        head = f"{label}: {state}"
+        if keep or head != self.last or time.monotonic() - self.shown_at > 30:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self.last, self.shown_at = head, time.monotonic()
+
+    def done(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()

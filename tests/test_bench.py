@@ -1,0 +1,130 @@
+"""``ctmon bench``: the user's unmodified script, once per mode, each run a
+real recording of real torch.compile on the CPU; the table and its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+from helpers import ctmon, one_line_containing
+
+TRAIN = textwrap.dedent(
+    """
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    f = torch.compile(m)
+    for i in range(100000):
+        f(torch.randn(16, 32)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    """
+)
+
+
+def _script(tmp_path, name: str, text: str) -> str:  # type: ignore[no-untyped-def]
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_eager_and_default_are_measured_and_compared(tmp_path):
+    """Cold and warm compiles on a fresh cache; each run stopped after its steps."""
+    script = _script(tmp_path, "train.py", TRAIN)
+    out = ctmon(
+        "bench",
+        "--modes",
+        "eager,default",
+        "--steps",
+        "60",
+        "--warm",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "-o",
+        str(tmp_path / "runs"),
+        "--json",
+        script,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    eager, default = doc["modes"]
+    assert (eager["mode"], eager["status"], default["mode"], default["status"]) == ("eager", "ok", "default", "ok")
+    for row in (eager, default):
+        assert row["stopped"] == "steps" and row["steps"] >= 60 and row["p50_ms"] > 0 and row["p90_ms"] >= row["p50_ms"]
+        assert row["first_step_s"] > 0 and row["steady_steps"] >= 3
+    assert eager["compile_s"] == 0.0 and eager["speedup"] == 1.0 and eager["recompiles"] == 0
+    assert default["compile_s"] > 0 and default["speedup"] == round(eager["p50_ms"] / default["p50_ms"], 3)
+    assert default["warm_compile_s"] is not None and default["warm_compile_s"] < default["compile_s"]
+    assert default["first_step_s"] > eager["first_step_s"]  # it compiled first
+    assert doc["recommendation"]["mode"] in ("eager", "default") and doc["recommendation"]["reason"]
+    # each run is a recording of its own: the mode went into the script's torch.compile call
+    rec = json.loads(ctmon("report", default["recording"], "--json").stdout)
+    assert rec["compile_calls"][0]["mode"] == "default" and rec["compile"]["compiles"] >= 1
+    erec = json.loads(ctmon("report", eager["recording"], "--json").stdout)
+    assert erec["compile"]["compiles"] == 0 and "force_eager" in erec["notes"][0]["message"]
+    assert sorted(os.listdir(tmp_path / "runs")) == [
+        "default-warm.jsonl",
+        "default-warm.output.log",
+        "default.jsonl",
+        "default.output.log",
+        "eager.jsonl",
+        "eager.output.log",
+    ]
+    # progress on stderr: which mode, compiling or stepping
+    assert "[2/2] default: compiling" in out.stderr and "[1/2] eager: stepping" in out.stderr
+
+
+def test_the_table_and_markdown_say_the_same(tmp_path):
+    script = _script(tmp_path, "t.py", TRAIN.replace("torch.compile(m)", 'torch.compile(m, backend="aot_eager")'))
+    text = ctmon("bench", "--modes", "eager,default", "--steps", "40", "-o", str(tmp_path / "r"), script, timeout=300)
+    assert text.returncode == 0, text.stderr
+    head = text.stdout.splitlines()[0].split()
+    assert head[:4] == ["mode", "compile", "1st", "step"] and "speed-up" in head and "host" in head
+    # the mode is Inductor's: another backend keeps what it asked for, and the table says so
+    assert "default: a torch.compile call with backend=aot_eager keeps it" in text.stdout
+    md = ctmon("bench", "--modes", "eager", "--steps", "20", "--md", "-o", str(tmp_path / "m"), script, timeout=300)
+    assert md.stdout.startswith("| mode | compile |") and "|---|" in md.stdout
+
+
+def test_bad_input_gets_a_line_and_the_other_modes_are_still_measured(tmp_path):
+    plain = _script(tmp_path, "plain.py", TRAIN.replace("f = torch.compile(m)", "f = m").replace("100000", "30"))
+    one_line_containing(ctmon("bench", "--modes", "eager,fast", plain), "unknown mode fast")
+    one_line_containing(ctmon("bench", "--steps", "many", plain), "--steps takes a number")
+    one_line_containing(ctmon("bench", "--time-limit", "0", plain), "must be above 0")
+    one_line_containing(ctmon("bench", "--json", "--md", plain), "alternatives")
+    one_line_containing(ctmon("bench", str(tmp_path / "missing.py")), "no such file")
+    out = ctmon("bench", "--modes", "eager,default", "-o", str(tmp_path / "p"), "--json", plain, timeout=300)
+    rows = {r["mode"]: r for r in json.loads(out.stdout)["modes"]}
+    assert rows["eager"]["status"] == "ok"
+    assert rows["default"]["status"] == "no-compile" and "never called torch.compile" in rows["default"]["error"]
+    # a mode that fails (as an OOM would): its line says why; eager is still measured
+    failing = _script(
+        tmp_path,
+        "oom.py",
+        TRAIN.replace("torch.compile(m)", 'torch.compile(m, backend="aot_eager")').replace(
+            "for i in range(100000):",
+            "import os\nif os.environ['CTMON_COMPILE_MODE'] == 'default':\n"
+            "    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\nfor i in range(40):",
+        ),
+    )
+    out = ctmon("bench", "--modes", "default,eager", "-o", str(tmp_path / "f"), failing, timeout=300)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("default"))
+    assert line.split()[:2] == ["default", "failed"]
+    assert "default: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB at " in out.stdout
+    assert next(x for x in out.stdout.splitlines() if x.startswith("eager")).split()[1] == "0.0"
+
+
+def test_a_run_past_its_time_limit_is_stopped_cleanly_and_said_so(tmp_path):
+    slow = _script(
+        tmp_path, "slow.py", TRAIN.replace("opt.zero_grad()", "opt.zero_grad()\n    import time; time.sleep(0.05)")
+    )
+    out = ctmon(
+        "bench", "--modes", "eager", "--time-limit", "4", "-o", str(tmp_path / "s"), "--json", slow, timeout=120
+    )
+    (row,) = json.loads(out.stdout)["modes"]
+    assert (row["status"], row["stopped"]) == ("time-limit", "time-limit") and row["steps"] > 10
+    assert row["p50_ms"] >= 50
