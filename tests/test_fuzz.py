@@ -238,6 +238,7 @@ TEMPLATES: dict[str, dict] = {
     },
     "bwd_compile": {"compile_id": "0/0", "duration_us": 100, "inductor_compile_time_s": 0.1},
     "compile_phase": {"compile_id": "0/0", "frame_id": 0, "phase": "backward", "ph": "B"},
+    "hotness": {"counts": {"graph": 3, "glue": 1}, "frames": [["/w/a.py", 3, "f", 3, 1]], "interval_s": 0.05},
     "recompile_reasons": {"compile_id": "0/1", "reasons": ["0/0: x"]},
     "graph_break": {
         "compile_id": "0/0",

@@ -34,6 +34,7 @@ from typing import Any
 from ctmon.agent import bench_mode
 from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
+from ctmon.agent.hotness import Hotness
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
 from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
@@ -191,6 +192,12 @@ def install(agent: Agent, torch: Any) -> None:
 
     # 3. compiled callables, for loops without an optimizer
     _wrap_torch_compile(agent, torch)
+
+    # 3b. where step time goes per compiled region (sampled; CTMON_HOTNESS=0: off)
+    if os.environ.get("CTMON_HOTNESS", "1") != "0":
+        sampler = Hotness(lambda: clock.count > 0)
+        sampler.start()
+        agent._periodic_hooks.append(sampler.periodic)
 
     # 4. device-true step times, once the job has initialised CUDA itself
     cuda = getattr(torch, "cuda", None)

@@ -71,11 +71,15 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "max_ms": _r(st.max_ms if st else None, 4),
             "steps_per_s": _r(st.steps_per_s if st else None, 3),
             "compile_steps": marked,
+            # sampled host time (ctmon/agent/hotness.py): in compiled graphs, in their frames'
+            # eager code between graphs, elsewhere; null until enough samples
+            "compiled_share": s.hotness.share("graph"),
+            "runtime": _runtime(s),
         },
         "generation": _generation(s),
         "compile": job_totals(s, compile_counts),
         "compile_calls": [_fields(c) for c in cs.calls[:20]],
-        "frames": [_frame(f) for f in cs.frames_sorted()],
+        "frames": [{**_frame(f), "runtime": s.hotness.frame_runtime(f)} for f in cs.frames_sorted()],
         "compiles": [_compile(c) for c in cs.compiles[:COMPILES_LISTED]],
         "compile_sites": compile_sites(cs),
         "specializations": [_specialization(x) for x in cs.specializations],
@@ -108,6 +112,21 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
     # Values copied from events (devices, notes) can hold anything a writer
     # put there; the report is strict JSON regardless.
     return finite(report)
+
+
+def _runtime(s: Session) -> dict[str, Any] | None:
+    h = s.hotness
+    if not h.samples:
+        return None
+    return {
+        "clock": "host",
+        "samples": h.samples,
+        "interval_s": h.interval_s,
+        "graph_share": h.share("graph"),
+        "glue_share": h.share("glue"),
+        "other_share": h.share("other"),
+        "compiling_samples": h.counts["compiling"],
+    }
 
 
 def _frame(f: Frame) -> dict[str, Any]:

@@ -12,6 +12,13 @@ from ctmon.textsafe import clean, clean_tree
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
 
+def _shares(rt: dict[str, Any]) -> str:
+    return (
+        f"{rt['graph_share']:.0%} compiled graphs, {rt['glue_share']:.0%} eager code between graphs, "
+        f"{rt['other_share']:.0%} elsewhere"
+    )
+
+
 def _where(file: str | None, line: int | None, cwd: str | None) -> str:
     return f"`{where(file, line, cwd)}`" if file else ""
 
@@ -38,6 +45,11 @@ def markdown(r: dict[str, Any]) -> str:
             else ("not in a PyTorch trace" if st["count"] is None else "no step boundaries"),
         ),
         *([("Generation", generation_text(r["generation"]))] if r.get("generation") else []),
+        *(
+            [("Step time (sampled)", _shares(st["runtime"]))]
+            if (st.get("runtime") or {}).get("graph_share") is not None
+            else []
+        ),
         ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),

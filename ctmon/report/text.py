@@ -195,6 +195,14 @@ def full_text(r: dict[str, Any]) -> str:
         )
         if st.get("compile_steps"):
             add(f"  {st['compile_steps']} step(s) paid for a compile")
+        rt = st.get("runtime")
+        if rt and rt.get("graph_share") is not None:
+            text = (
+                f"step time (sampled, host): {rt['graph_share']:.0%} in compiled graphs, "
+                f"{rt['glue_share']:.0%} in compiled frames' eager code between graphs, "
+                f"{rt['other_share']:.0%} elsewhere ({rt['samples']} samples)"
+            )
+            add(_wrap(text, "  ", "    "))
         if r.get("generation"):
             add(_wrap(generation_text(r["generation"]), "  ", "    "))
     else:
@@ -258,6 +266,9 @@ def full_text(r: dict[str, Any]) -> str:
                 f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {f['compiles']} compiles, "
                 f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
+            frt = f.get("runtime")
+            if frt and frt["samples"]:
+                add(f"      step time: {frt['share']:.0%} in its graphs, {frt['glue_share']:.0%} in its eager code")
             for reason in f["recompile_reasons"][:5]:
                 add(f"      recompiled: {reason.splitlines()[0][:160]}")
             if len(f["recompile_reasons"]) > 5:

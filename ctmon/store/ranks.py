@@ -80,6 +80,7 @@ KEPT_UNTIL_RANKED = (
     E.Compile,
     E.BwdCompile,
     E.CompilePhase,
+    E.Hotness,
     E.RecompileReasons,
     E.GraphBreak,
     E.CacheResult,

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from ctmon.store.compiles import CompileState
 from ctmon.store.generation import GenerationState
+from ctmon.store.hotness import HotnessState
 from ctmon.store.output import OutputBuffer
 from ctmon.store.ranks import KEPT_UNTIL_RANKED, RankState, keeping, route
 from ctmon.store.records import ExitInfo, LogEntry, Meta
@@ -42,6 +43,7 @@ class Session:
         self.steps = StepClock()
         self.generation = GenerationState()
         self.compile = CompileState()
+        self.hotness = HotnessState()  # where step time went: compiled graphs, their eager glue, elsewhere
         self.output = OutputBuffer()
         self.log: deque[LogEntry] = deque(maxlen=LOG_MAX)
         self.log_counts: Counter[str] = Counter()
@@ -75,6 +77,7 @@ class Session:
             E.Compile: self._on_compile,
             E.BwdCompile: self._on_bwd,
             E.CompilePhase: self._on_phase,
+            E.Hotness: self._on_hotness,
             E.RecompileReasons: self._on_reasons,
             E.GraphBreak: self._on_graph_break,
             E.CacheResult: self._on_cache,
@@ -324,6 +327,10 @@ class Session:
         else:
             self._log(ev.t, "compile", f"{cid} {name} at {where} ({rec.time_s:.2f}s)", "info", cid)
         self.rev["compile"] += 1
+
+    def _on_hotness(self, ev: E.Hotness) -> None:
+        self.hotness.on_hotness(ev)
+        self.rev["steps"] += 1
 
     def _on_phase(self, ev: E.CompilePhase) -> None:
         self.compile.on_phase(ev)

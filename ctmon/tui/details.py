@@ -64,6 +64,13 @@ def frame_detail(frame: Frame, ctx: ViewContext) -> Text:
     out.append(b_text, b_style or "bold")
     out.append(" (cache entries / recompile limit)", "dim")
     out.append(f" · {fmt.secs(frame.time_s)} compiling\n")
+    rt = ctx.view.hotness.frame_runtime(frame)
+    if rt is not None:
+        out.append(
+            f"  step time: {rt['share']:.0%} in its graphs, {rt['glue_share']:.0%} in its eager code between them",
+            "yellow" if rt["glue_share"] >= 0.1 else "",
+        )
+        out.append(" (sampled host time)\n", "dim")
     if frame.limit_hit:
         out.append("  ! recompile limit hit: Dynamo no longer compiles this frame; it runs eagerly.\n", "bold red")
     _section(out, "Compiles")

@@ -133,6 +133,7 @@ FRAME_COLS = [
     Col("budget", 5, 7, right=True),
     Col("last recompile reason", 20, 400, flex=True, short="last reason", share=0.35),
     Col("time", 6, 8, right=True),
+    Col("step %", 4, 6, right=True, short="%"),
 ]
 
 
@@ -146,6 +147,15 @@ def budget(frame: Frame) -> tuple[str, str]:
     if frame.entries >= 0.75 * limit:
         return (text, "yellow")
     return (text, "")
+
+
+def step_share(runtime: dict[str, Any] | None) -> tuple[str, str]:
+    """A frame's share of step time (its graphs and its eager glue); yellow
+    when the glue alone takes a tenth or more."""
+    if runtime is None:
+        return ("—", "dim")
+    share = runtime["share"] + runtime["glue_share"]
+    return (f"{share:.0%}", "yellow" if runtime["glue_share"] >= 0.1 else "")
 
 
 class FramesPane(Pane):
@@ -164,7 +174,16 @@ class FramesPane(Pane):
         return width < 100
 
     def _row_version(self, f: Frame) -> Any:
-        return (len(f.compiles), f.entries, f.limit_hit, f.recompile_limit, self._widths[0], tuple(self._widths[1]))
+        hot = self.ctx.view.hotness.samples
+        return (
+            len(f.compiles),
+            f.entries,
+            f.limit_hit,
+            f.recompile_limit,
+            hot,
+            self._widths[0],
+            tuple(self._widths[1]),
+        )
 
     def _cells(self, f: Frame, narrow: bool) -> list[tuple[str, str]]:
         cwd = self.ctx.cwd
@@ -178,6 +197,7 @@ class FramesPane(Pane):
             budget(f),
             (reason, "yellow" if reason else "dim"),
             (fmt.secs(f.time_s), ""),
+            step_share(self.ctx.view.hotness.frame_runtime(f)),
         ]
 
     def _layout(self, width: int) -> list[int]:

@@ -319,6 +319,16 @@ class CompilePhase(Ranked, tag="compile_phase"):
     ph: str = ""
 
 
+class Hotness(Ranked, tag="hotness"):
+    """Samples of the main thread since the last such event (ctmon/agent/hotness.py):
+    ``counts`` by where it was (graph, glue, other, compiling); ``frames``:
+    [file, first line, name, graph samples, glue samples] per compiled frame."""
+
+    counts: dict[str, int] = {}
+    frames: list[tuple[str, int, str, int, int]] = []
+    interval_s: Finite | None = None
+
+
 class Specialization(Ranked, tag="specialization"):
     """A symbolic size Dynamo specialised to one value (PyTorch's
     ``symbolic_shape_specialization``): ``sources`` name the inputs it came
@@ -451,6 +461,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     LibraryLog,
     Specialization,
     CompilePhase,
+    Hotness,
     Uncaught,
     ProcessEnd,
     Drops,

@@ -57,6 +57,7 @@ COMPILE_START = "compile_start"  # A: Dynamo starts compiling a frame
 COMPILE = "compile"  # A: a frame compile attempt finished (compilation_metrics)
 BWD_COMPILE = "bwd_compile"  # A: a backward graph was compiled
 COMPILE_PHASE = "compile_phase"  # A: a phase of a compile began or ended (PyTorch's own timers)
+HOTNESS = "hotness"  # A: where the main thread was, sampled: in compiled graphs, their eager glue, elsewhere
 RECOMPILE_REASONS = "recompile_reasons"  # A: guard failures behind a recompile
 GRAPH_BREAK = "graph_break"  # A: Dynamo split the graph
 CACHE = "cache"  # A: FX graph / AOTAutograd cache hit, miss or bypass
@@ -86,6 +87,7 @@ KNOWN_KINDS = frozenset(
         COMPILE,
         BWD_COMPILE,
         COMPILE_PHASE,
+        HOTNESS,
         RECOMPILE_REASONS,
         GRAPH_BREAK,
         CACHE,

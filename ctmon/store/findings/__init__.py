@@ -11,6 +11,8 @@ can drive it with events alone. Rules live by topic:
   decides which recompiles share a cause);
 * breaks.py     -- graph breaks by cause, each site at file:line; breaks in
   the step loop (warnings) apart from one-offs (info);
+* glue.py       -- eager code between a frame's graphs that costs a share of
+  the step time (sampled);
 * caches.py     -- misses where hits were expected, bypasses, disabled caches;
 * perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
   skips, an idle GPU;
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks, caches, cascades, compile_failures, perf, ranks, recompiles, silent
+from ctmon.store.findings import breaks, caches, cascades, compile_failures, glue, perf, ranks, recompiles, silent
 from ctmon.store.findings.guard_advice import name_users_tensor
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events import StackFrame
@@ -39,6 +41,7 @@ _RULES = (
     + compile_failures.RULES
     + cascades.RULES
     + breaks.RULES
+    + glue.RULES
     + caches.RULES
     + perf.RULES
     + silent.RULES

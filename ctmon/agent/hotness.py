@@ -1,0 +1,164 @@
+"""Where step time goes, per compiled region: low-rate sampling of the job's
+main thread.
+
+About 20 times a second (a jittered 50 ms, so it cannot lock onto a periodic
+loop) a thread of the agent's looks at the main thread's Python stack and
+files the moment under one of:
+
+* ``graph``: inside a compiled graph -- under a frame whose code Dynamo
+  replaced (its bytecode loads a ``__compiled_fn``), in the code that runs a
+  graph (AOTAutograd's runtime, Inductor's generated ``call``, FX's forward);
+  also the compiled backward, where the main thread runs it (CPU) or waits
+  for the autograd engine's thread that runs it (CUDA);
+* ``glue``: in such a frame's own eager code -- what runs between its graphs,
+  around a graph break (``print``, ``.item()``, an unsupported call);
+* ``other``: anything else -- the optimizer, data loading, eager code;
+* ``compiling``: inside Dynamo's compiler (left out of the shares).
+
+Samples are taken only once the job has made a step, and sent every few
+seconds as counts (per compiled frame: its code's file, first line and name,
+which is how the store names frames). The cost is one stack walk of a few
+dozen frames per sample, under the GIL: tens of µs, twenty times a second.
+On CUDA this is host time: where the CPU thread is, not what the GPU runs.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+from ctmon.wire import protocol
+
+INTERVAL_S = 0.05
+SEND_EVERY_S = 2.0
+MAX_DEPTH = 160
+MAX_FRAMES = 500  # compiled frames tracked (a recompile storm makes many resume functions)
+
+# Frames that run a compiled graph: AOTAutograd's runtime, Inductor's output
+# code and generated modules, FX's generated forward. One of these on the
+# stack means the moment is inside a graph (Dynamo's own eval_frame wrappers
+# are not: they also wrap torch._dynamo.disable'd functions, which run eager).
+_GRAPH_BODY = ("/torch/_functorch/_aot_autograd/", "/torch/_inductor/output_code.py", "/torch/fx/graph_module.py")
+_COMPILER = ("/torch/_dynamo/convert_frame.py", "/torch/_dynamo/symbolic_convert.py")
+_ENGINE = "/torch/autograd/graph.py"  # the main thread waiting for the autograd engine's threads
+
+
+class Hotness:
+    def __init__(self, stepped: Callable[[], bool]) -> None:
+        self._stepped = stepped
+        self._main = threading.main_thread().ident
+        self._lock = threading.Lock()
+        self._counts = {"graph": 0, "glue": 0, "other": 0, "compiling": 0}
+        self._frames: dict[tuple[str, int, str], list[int]] = {}  # code -> [graph, glue]
+        self._kinds: dict[CodeType, int] = {}  # 1: compiled frame, 2: PyTorch's runtime, 3: compiler, 0: other
+        self._last_sent = time.monotonic()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ctmon-hotness", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _run(self) -> None:
+        rnd = random.Random()
+        while not self._stop:
+            time.sleep(INTERVAL_S * rnd.uniform(0.8, 1.2))
+            try:
+                if self._stepped():
+                    self.sample()
+            except Exception:  # never let a sample disturb the job
+                pass
+
+    def _kind(self, code: CodeType) -> int:
+        k = self._kinds.get(code)
+        if k is None:
+            f = code.co_filename
+            if any(n.startswith("__compiled_fn") for n in code.co_names):
+                k = 1
+            elif f.endswith(_COMPILER):
+                k = 3
+            elif any(p in f for p in _GRAPH_BODY) or "torchinductor" in f or f.startswith("<eval_with_key>"):
+                k = 2
+            else:
+                k = 0
+            if len(self._kinds) < 50_000:
+                self._kinds[code] = k
+        return k
+
+    def sample(self) -> None:
+        frames = sys._current_frames()
+        f: FrameType | None = frames.get(self._main) if self._main is not None else None
+        if f is None:
+            return
+        innermost = f
+        body = False  # a frame running a compiled graph, inner to where the walk is
+        depth = 0
+        where: str | None = None
+        owner: CodeType | None = None
+        while f is not None and depth < MAX_DEPTH:
+            kind = self._kind(f.f_code)
+            if kind == 3:
+                where = "compiling"
+                break
+            if kind == 1:  # the compiled frame: in one of its graphs, or in its own eager code
+                owner, where = f.f_code, "graph" if body else "glue"
+                break
+            if kind == 2:
+                body = True
+            f, depth = f.f_back, depth + 1
+        if where is None:  # no compiled frame: a compiled backward, or the engine waiting for one
+            where = "graph" if body or self._waits_for_compiled_backward(innermost, frames) else "other"
+        with self._lock:
+            self._counts[where] += 1
+            if owner is not None:
+                key = (owner.co_filename, owner.co_firstlineno, owner.co_name)
+                row = self._frames.get(key)
+                if row is None and len(self._frames) < MAX_FRAMES:
+                    row = self._frames[key] = [0, 0]
+                if row is not None:
+                    row[0 if where == "graph" else 1] += 1
+
+    def _waits_for_compiled_backward(self, innermost: FrameType, frames: dict[int, Any]) -> bool:
+        """The main thread waits in the autograd engine while another thread
+        (CUDA's device threads) runs a compiled backward graph."""
+        if not innermost.f_code.co_filename.endswith(_ENGINE):
+            return False
+        for ident, f in frames.items():
+            if ident == self._main:
+                continue
+            depth = 0
+            while f is not None and depth < MAX_DEPTH:
+                if self._kind(f.f_code) == 2:
+                    return True
+                f, depth = f.f_back, depth + 1
+        return False
+
+    def periodic(self) -> list[protocol.Event]:
+        """Counts since the last send, every SEND_EVERY_S (the sender thread's hook)."""
+        now = time.monotonic()
+        if now - self._last_sent < SEND_EVERY_S:
+            return []
+        self._last_sent = now
+        with self._lock:
+            counts, frames = self._counts, self._frames
+            if not any(counts.values()):
+                return []
+            self._counts = {k: 0 for k in counts}
+            self._frames = {}
+        return [
+            {
+                "kind": protocol.HOTNESS,
+                "t": time.time(),
+                "counts": counts,
+                "frames": [[f, line, name, g, e] for (f, line, name), (g, e) in frames.items()],
+                "interval_s": INTERVAL_S,
+            }
+        ]

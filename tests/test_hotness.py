@@ -1,0 +1,39 @@
+"""Where step time goes per compiled region: the agent samples the main
+thread (ctmon/agent/hotness.py); a real compiled loop whose forward breaks
+its graph around eager work, recorded; the sampled share of that eager glue
+beside the share the workload timed itself."""
+
+from __future__ import annotations
+
+import re
+
+from helpers import record, workload
+
+
+def _run(tmp_path, *args: str):  # type: ignore[no-untyped-def]
+    run = record(tmp_path / "rec", [workload("hot_regions.py"), *args])
+    assert run.returncode == 0, run.proc.stderr
+    truth = float(re.search(r"GLUE_SHARE (\S+)", run.proc.stdout).group(1))  # type: ignore[union-attr]
+    return run.report(), truth
+
+
+def test_eager_glue_between_graphs_is_measured_and_named(tmp_path):
+    rep, truth = _run(tmp_path, "--glue", "300", "--steps", "500")
+    rt = rep["steps"]["runtime"]
+    assert rt["clock"] == "host" and rt["samples"] >= 40
+    assert abs(rt["graph_share"] + rt["glue_share"] + rt["other_share"] - 1) < 0.01
+    assert rep["steps"]["compiled_share"] == rt["graph_share"] > 0
+    fwd = next(f for f in rep["frames"] if f["name"] == "Net.forward")
+    assert fwd["runtime"]["glue_share"] > 0.2
+    # the sampled share beside the one the loop timed itself (about 100 samples: a few points of noise)
+    assert abs(fwd["runtime"]["glue_share"] - truth) < 0.15, (fwd["runtime"], truth)
+    (f,) = [f for f in rep["findings"] if f["rule"] == "eager-glue"]
+    assert f["severity"] == "warning" and f["title"].startswith("Eager code between graph breaks in Net.forward")
+    assert any(re.search(r"graph break at .*hot_regions\.py:\d+", e) for e in f["evidence"])
+
+
+def test_a_break_with_no_eager_work_costs_nothing_said(tmp_path):
+    rep, truth = _run(tmp_path, "--glue", "0", "--steps", "2500")
+    fwd = next(f for f in rep["frames"] if f["name"] == "Net.forward")
+    assert truth < 0.05 and fwd["runtime"] is not None and fwd["runtime"]["glue_share"] < 0.1
+    assert not [f for f in rep["findings"] if f["rule"] == "eager-glue"]
