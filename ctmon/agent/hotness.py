@@ -15,8 +15,10 @@ files the moment under one of:
 * ``other``: anything else -- the optimizer, data loading, eager code;
 * ``compiling``: inside Dynamo's compiler (left out of the shares).
 
-Samples are taken only once the job has made a step, and sent every few
-seconds as counts (per compiled frame: its code's file, first line and name,
+A sample counts once the step it fell in has ended (the step counter moved
+on): what the job does after its last step (saving, evaluation, a
+profiler's post-processing) is not step time. Counts are sent every few
+seconds (per compiled frame: its code's file, first line and name,
 which is how the store names frames). The cost is one stack walk of a few
 dozen frames per sample, under the GIL: tens of µs, twenty times a second.
 On CUDA this is host time: where the CPU thread is, not what the GPU runs.
@@ -49,13 +51,15 @@ _ENGINE = "/torch/autograd/graph.py"  # the main thread waiting for the autograd
 
 
 class Hotness:
-    def __init__(self, stepped: Callable[[], bool]) -> None:
-        self._stepped = stepped
+    def __init__(self, steps: Callable[[], int]) -> None:
+        self._steps = steps  # the step counter: a sample counts once it moves on
         self._main = threading.main_thread().ident
         self._lock = threading.Lock()
         self._counts = {"graph": 0, "glue": 0, "other": 0, "compiling": 0}
         self._frames: dict[tuple[str, int, str], list[int]] = {}  # code -> [graph, glue]
         self._kinds: dict[CodeType, int] = {}  # 1: compiled frame, 2: PyTorch's runtime, 3: compiler, 0: other
+        self._pending: list[tuple[str, tuple[str, int, str] | None]] = []  # samples of the step under way
+        self._at_step = 0
         self._last_sent = time.monotonic()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -72,7 +76,11 @@ class Hotness:
         while not self._stop:
             time.sleep(INTERVAL_S * rnd.uniform(0.8, 1.2))
             try:
-                if self._stepped():
+                n = self._steps()
+                if n != self._at_step:  # a step ended: what was sampled during it is step time
+                    self._at_step = n
+                    self._commit()
+                if n:
                     self.sample()
             except Exception:  # never let a sample disturb the job
                 pass
@@ -116,10 +124,16 @@ class Hotness:
             f, depth = f.f_back, depth + 1
         if where is None:  # no compiled frame: a compiled backward, or the engine waiting for one
             where = "graph" if body or self._waits_for_compiled_backward(innermost, frames) else "other"
+        key = (owner.co_filename, owner.co_firstlineno, owner.co_name) if owner is not None else None
+        self._pending.append((where, key))
+
+    def _commit(self) -> None:
+        pending, self._pending = self._pending, []
         with self._lock:
-            self._counts[where] += 1
-            if owner is not None:
-                key = (owner.co_filename, owner.co_firstlineno, owner.co_name)
+            for where, key in pending:
+                self._counts[where] += 1
+                if key is None:
+                    continue
                 row = self._frames.get(key)
                 if row is None and len(self._frames) < MAX_FRAMES:
                     row = self._frames[key] = [0, 0]

@@ -195,7 +195,7 @@ def install(agent: Agent, torch: Any) -> None:
 
     # 3b. where step time goes per compiled region (sampled; CTMON_HOTNESS=0: off)
     if os.environ.get("CTMON_HOTNESS", "1") != "0":
-        sampler = Hotness(lambda: clock.count > 0)
+        sampler = Hotness(lambda: clock.count)
         sampler.start()
         agent._periodic_hooks.append(sampler.periodic)
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# ctmon bench on the GPU: two demos and a Hugging Face GPT-2, each mode run to
+# a fixed number of steps; the tables land in $OUT (JSON and Markdown).
+# $1: a folder of wheels to install first (the GPU machine has no msgspec).
+set -u
+OUT="${OUT:-./gpu-results}"
+mkdir -p "$OUT"
+if [ -n "${1:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
+    && export PYTHONPATH=/tmp/ctmon-site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+bench() {  # name timeout bench-args...
+  local name=$1 limit=$2; shift 2
+  start=$(date +%s)
+  timeout "$limit" python3 -m ctmon bench --json -o "/tmp/bench-$name" "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
+  echo "== $name rc=$? in $(( $(date +%s) - start )) s"
+  python3 -c "
+import json, sys
+sys.path.insert(0, '.')
+from ctmon.report.bench import render_text
+print(render_text(json.load(open('$OUT/bench_$name.json'))))" 2>&1 | head -20
+}
+bench baseline 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 demos/gpt_baseline.py --device cuda --steps 100000
+bench breaks 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 demos/graph_breaks.py --device cuda --steps 100000
+bench gpt2 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 benchmarks/bench_gpt2_train.py

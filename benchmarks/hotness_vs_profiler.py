@@ -1,0 +1,146 @@
+"""ctmon's sampled step-time shares per compiled region beside torch.profiler's
+on the same run.
+
+The job (``--job``): a compiled model whose forward breaks its graph around
+eager glue (a ``torch._dynamo.disable``'d function running small ops), a
+short warm-up, then every remaining step under ``torch.profiler`` (CPU
+activity). From the profiler it computes, per compiled frame, the time in
+its "Torch-Compiled Region" events less the regions nested in them (the
+resume function after the break runs inside the forward's region), and the
+compiled backward ("CompiledFunctionBackward"), each as a share of the
+profiled wall time; it writes them to a JSON file.
+
+The driver runs that job under ``ctmon record`` and prints, per frame,
+ctmon's share (its graphs and its eager glue) beside the profiler's, and
+ctmon's ``compiled_share`` beside the profiler's compiled total.
+
+    python benchmarks/hotness_vs_profiler.py [--device cuda] [--steps 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def job(args: argparse.Namespace) -> None:
+    import torch
+
+    dev = args.device
+
+    @torch._dynamo.disable
+    def glue(h: torch.Tensor) -> torch.Tensor:
+        for _ in range(args.glue):
+            h = h * 1.0001
+        return h
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(args.width, args.width)
+            self.b = torch.nn.Linear(args.width, args.width)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.a(x).relu()
+            h = glue(h)
+            return self.b(h).relu()
+
+    torch.manual_seed(0)
+    net = torch.compile(Net().to(dev), backend="inductor" if dev == "cuda" else "aot_eager")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, args.width, device=dev)
+
+    def step() -> None:
+        net(x).float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(20):
+        step()
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    regions = []
+    backward = 0.0
+    for e in prof.events():
+        if e.name.startswith("Torch-Compiled Region: "):
+            regions.append((e.name.split(": ", 1)[1], e.time_range.start, e.time_range.end, e.thread))
+        elif e.name == "CompiledFunctionBackward":
+            backward += (e.time_range.end - e.time_range.start) / 1e6
+    per_frame: dict[str, float] = {}
+    for cid, a, b, th in regions:
+        inner = sum(d - c for cid2, c, d, th2 in regions if th2 == th and a < c and d <= b and (c, d) != (a, b))
+        frame = cid.split("/")[0]
+        per_frame[frame] = per_frame.get(frame, 0.0) + (b - a - inner) / 1e6
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "wall_s": wall,
+                "frames": {k: v / wall for k, v in per_frame.items()},
+                "backward_share": backward / wall,
+            },
+            f,
+        )
+
+
+def driver(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rec, prof = os.path.join(tmp, "rec.jsonl"), os.path.join(tmp, "prof.json")
+        cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, "--", sys.executable, __file__, "--job"]
+        cmd += ["--out", prof, "--device", args.device, "--steps", str(args.steps), "--glue", str(args.glue)]
+        cmd += ["--width", str(args.width), "--batch", str(args.batch)]
+        subprocess.run(cmd, check=True, timeout=900)
+        rep = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        theirs = json.load(open(prof))
+    rows = []
+    for f in rep["frames"]:
+        frame_id = str(f["frame_id"])
+        rt = f["runtime"] or {}
+        mine = (rt.get("share") or 0.0) + (rt.get("glue_share") or 0.0)
+        other = theirs["frames"].get(frame_id)
+        rows.append({"frame": f["name"], "frame_id": frame_id, "ctmon": round(mine, 4), "profiler": other})
+    forward = sum(v for v in theirs["frames"].values())
+    out = {
+        "device": args.device,
+        "steps_profiled": args.steps,
+        "samples": (rep["steps"]["runtime"] or {}).get("samples"),
+        "frames": rows,
+        "ctmon_compiled_share": rep["steps"]["compiled_share"],
+        "ctmon_glue_share": (rep["steps"]["runtime"] or {}).get("glue_share"),
+        "profiler_regions_share": round(forward, 4),
+        "profiler_backward_share": round(theirs["backward_share"], 4),
+        "findings": [f["title"] for f in rep["findings"] if f["rule"] == "eager-glue"],
+    }
+    print(json.dumps(out, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--job", action="store_true")
+    ap.add_argument("--out")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--glue", type=int, default=60)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=256)
+    args = ap.parse_args()
+    (job if args.job else driver)(args)
+
+
+if __name__ == "__main__":
+    main()
