@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ctmon bench on the GPU: two demos and a Hugging Face GPT-2, each mode run to
-# a fixed number of steps; the tables land in $OUT (JSON and Markdown).
+# a fixed number of steps; the tables land in $OUT (JSON). A cold Inductor
+# compile of these takes 20-50 s on the H100: give each mode 150 s (the
+# benches together take longer than one 10-minute device call: run them apart).
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
 set -u
 OUT="${OUT:-./gpu-results}"
@@ -21,6 +23,6 @@ sys.path.insert(0, '.')
 from ctmon.report.bench import render_text
 print(render_text(json.load(open('$OUT/bench_$name.json'))))" 2>&1 | head -20
 }
-bench baseline 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 demos/gpt_baseline.py --device cuda --steps 100000
-bench breaks 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 demos/graph_breaks.py --device cuda --steps 100000
-bench gpt2 190 --modes eager,default,reduce-overhead --steps 60 --time-limit 60 benchmarks/bench_gpt2_train.py
+bench baseline 500 --modes eager,default,reduce-overhead --steps 60 --time-limit 150 demos/gpt_baseline.py --device cuda --steps 100000
+bench breaks 500 --modes eager,default,reduce-overhead --steps 60 --time-limit 150 demos/graph_breaks.py --device cuda --steps 100000
+bench gpt2 500 --modes eager,default,reduce-overhead --steps 60 --time-limit 150 benchmarks/bench_gpt2_train.py

@@ -128,3 +128,45 @@ def test_a_run_past_its_time_limit_is_stopped_cleanly_and_said_so(tmp_path):
     (row,) = json.loads(out.stdout)["modes"]
     assert (row["status"], row["stopped"]) == ("time-limit", "time-limit") and row["steps"] > 10
     assert row["p50_ms"] >= 50
+
+
+def test_stopping_bench_stops_the_run_under_way_and_shows_what_was_measured(tmp_path):
+    """The job runs in a process group of its own: a SIGTERM (or Ctrl-C) to
+    ctmon bench must reach it, and the modes not yet run are left out."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from helpers import ROOT, env_with
+
+    slow = _script(
+        tmp_path, "slow2.py", TRAIN.replace("opt.zero_grad()", "opt.zero_grad()\n    import time; time.sleep(0.02)")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctmon", "bench", "--modes", "eager,default", "-o", str(tmp_path / "i"), slow],
+        cwd=ROOT,
+        env=env_with(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and b'"steps"' not in _read(tmp_path / "i" / "eager.jsonl"):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "bench interrupted: 1 of 2 mode(s) run" in err
+    assert "eager: interrupted; its figures cover the steps it ran" in out
+    assert not any(line.startswith("default") for line in out.splitlines())
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert slow not in ps  # the job is gone with it
+
+
+def _read(path) -> bytes:  # type: ignore[no-untyped-def]
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

@@ -72,12 +72,28 @@ def main(argv: list[str]) -> int:
     cache = parsed.text("cache_dir") or tempfile.mkdtemp(prefix="ctmon-bench-cache-")
     progress = Progress(sys.stderr)
     runs: list[ModeRun] = []
-    for i, mode in enumerate(modes):
-        label = f"[{i + 1}/{len(modes)}] {mode}"
-        run = run_mode(parsed.spec, mode, out_dir, cache, steps, limit, progress, label)
-        if parsed.flag("warm") and mode != "eager" and run.session is not None and run.error is None:
-            run.warm = run_mode(parsed.spec, mode, out_dir, cache, steps, limit, progress, label + " (warm)", "-warm")
-        runs.append(run)
+    # Ctrl-C or a SIGTERM stops the run under way (its job is in a process
+    # group of its own, so it would not get the signal), and the table shows
+    # what was measured up to then.
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for i, mode in enumerate(modes):
+            label = f"[{i + 1}/{len(modes)}] {mode}"
+            run = run_mode(parsed.spec, mode, out_dir, cache, steps, limit, progress, label)
+            runs.append(run)
+            if run.stopped == "interrupted":
+                interrupted = True
+                break
+            if parsed.flag("warm") and mode != "eager" and run.session is not None and run.error is None:
+                run.warm = run_mode(
+                    parsed.spec, mode, out_dir, cache, steps, limit, progress, label + " (warm)", "-warm"
+                )
+                if run.warm.stopped == "interrupted":
+                    interrupted = True
+                    break
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     progress.done()
     rows = [mode_row(r) for r in runs]
     doc: dict[str, Any] = {
@@ -98,7 +114,14 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write(render_text(doc))
         sys.stdout.write(f"recordings: {out_dir}\n")
+    if interrupted:
+        sys.stderr.write(f"ctmon: bench interrupted: {len(runs)} of {len(modes)} mode(s) run\n")
+        return 130
     return 0 if any(r["status"] in ("ok", "time-limit") for r in rows) else 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _modes(text: str | None) -> list[str]:
@@ -157,25 +180,31 @@ def run_mode(
     stop_at: float | None = None  # when to escalate the stop
     stage = 0
     while True:
-        code = proc.poll()
-        follow.read()
-        elapsed = time.monotonic() - started
-        progress.show(label, *follow.state(), elapsed)
-        if code is not None:
-            break
-        if stopped is None:
-            if steps is not None and follow.steps() >= steps:
-                stopped = "steps"
-            elif elapsed > limit:
-                stopped = "time-limit"
-            if stopped is not None:
+        try:
+            code = _step(proc, follow, progress, label, started)
+            if code is not None:
+                break
+            elapsed = time.monotonic() - started
+            if stopped is None:
+                if steps is not None and follow.steps() >= steps:
+                    stopped = "steps"
+                elif elapsed > limit:
+                    stopped = "time-limit"
+                if stopped is not None:
+                    _signal_group(proc, signal.SIGINT)
+                    stop_at, stage = time.monotonic() + INTERRUPT_GRACE_S, 1
+            elif stop_at is not None and time.monotonic() > stop_at:
+                sig = signal.SIGTERM if stage == 1 else signal.SIGKILL
+                _signal_group(proc, sig)
+                stop_at, stage = (time.monotonic() + TERM_GRACE_S, 2) if stage == 1 else (None, 3)
+            time.sleep(POLL_S)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM to ctmon bench: stop this run first
+            if stopped == "interrupted":  # asked twice: no more grace
+                _signal_group(proc, signal.SIGKILL)
+            else:
+                stopped = "interrupted"
                 _signal_group(proc, signal.SIGINT)
                 stop_at, stage = time.monotonic() + INTERRUPT_GRACE_S, 1
-        elif stop_at is not None and time.monotonic() > stop_at:
-            sig = signal.SIGTERM if stage == 1 else signal.SIGKILL
-            _signal_group(proc, sig)
-            stop_at, stage = (time.monotonic() + TERM_GRACE_S, 2) if stage == 1 else (None, 3)
-        time.sleep(POLL_S)
     follow.read(final=True)
     progress.show(label, "done", "", time.monotonic() - started, keep=True)
     run = ModeRun(mode, follow.session if follow.events else None, rec, stopped, code)
@@ -184,6 +213,16 @@ def run_mode(
     elif stopped is None and code != 0 and follow.session.uncaught is None and not follow.session.ranks:
         run.error = _last_line(log) or f"exited with code {code}"
     return run
+
+
+def _step(
+    proc: subprocess.Popen[bytes], follow: Follower, progress: Progress, label: str, started: float
+) -> int | None:
+    """One look at the run: its exit status (None: running), its progress shown."""
+    code = proc.poll()
+    follow.read()
+    progress.show(label, *follow.state(), time.monotonic() - started)
+    return code
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -38,7 +38,7 @@ class ModeRun:
     mode: str
     session: Session | None  # None: nothing was recorded
     recording: str | None = None
-    stopped: str | None = None  # "steps" (reached --steps), "time-limit", or None: it ended by itself
+    stopped: str | None = None  # "steps" (reached --steps), "time-limit", "interrupted", or None: it ended by itself
     exit_code: int | None = None
     error: str | None = None  # why the run could not be measured, one line
     warm: ModeRun | None = None  # the same mode again on the same cache (--warm)
@@ -81,8 +81,8 @@ def mode_row(run: ModeRun) -> dict[str, Any]:
         row.update(status="failed", error=failed)
     elif run.mode != "eager" and s.compile.call_count == 0:
         row.update(status="no-compile", error="the script never called torch.compile: nothing to compare")
-    elif run.stopped == "time-limit":
-        row["status"] = "time-limit"
+    elif run.stopped in ("time-limit", "interrupted"):
+        row["status"] = run.stopped
     if row["p50_ms"] is None and row["status"] == "ok":
         row.update(status="no-steps", error="no steps were seen (no optimizer.step(), compiled call or ctmon.step())")
     return row
@@ -130,10 +130,14 @@ def _q(values: list[float], q: float) -> float | None:
 
 
 def _first_step_s(s: Session) -> float | None:
+    """The end of the first step: an optimizer or ``ctmon.step()`` boundary
+    ends a step; a compiled call's boundary is its start (the first call's
+    own compile comes after it), so there the second boundary ends the first."""
     series = s.steps.current
-    if series is None or not len(series) or s.first_t is None:
+    first = 1 if series is not None and series.source == "compiled_call" else 0
+    if series is None or len(series) <= first or s.first_t is None:
         return None
-    return round(series.times[0] - s.first_t, 3)
+    return round(series.times[first] - s.first_t, 3)
 
 
 def _gpu_peak(s: Session) -> int | None:
@@ -160,7 +164,15 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in rows if r["status"] in ("ok", "time-limit") and r.get("p50_ms")]
+    rec = _recommend(rows)
+    unmeasured = [r["mode"] for r in rows if not r.get("p50_ms") and r["mode"] != rec["mode"]]
+    if unmeasured:
+        rec["reason"] += f" (not measured: {', '.join(unmeasured)}; see the table)"
+    return rec
+
+
+def _recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if r["status"] in ("ok", "time-limit", "interrupted") and r.get("p50_ms")]
     compiled = [r for r in ok if r["mode"] != "eager"]
     if not compiled:
         return {"mode": None, "reason": "no compiled mode ran to steady steps: nothing to recommend"}
@@ -249,8 +261,15 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[st
             continue
         body.append([_cell(k, r.get(k)) for _, k in cols])
         notes += [f"{r['mode']}: {_plain(n, r['mode'])}" for n in r.get("notes") or [] if "eager (" not in n]
-        if r["status"] == "time-limit":
+        if r["status"] == "time-limit" and r.get("p50_ms") is None:
+            notes.append(
+                f"{r['mode']}: stopped at the time limit ({doc.get('time_limit_s', 0):g} s) before any steady "
+                f"step ({r.get('steps', 0)} step(s) while compiling): give it more time with --time-limit"
+            )
+        elif r["status"] == "time-limit":
             notes.append(f"{r['mode']}: stopped at the time limit; its figures cover the steps it ran")
+        elif r["status"] == "interrupted":
+            notes.append(f"{r['mode']}: interrupted; its figures cover the steps it ran")
     return [h for h, _ in cols], body, notes
 
 
