@@ -337,7 +337,7 @@ def test_a_rank_compiling_its_backward_graph_is_compiling_not_stalled():
     s.apply({"kind": "bwd_compile", "t": 21.0, "compile_id": "0/0", "rank": 1, "duration_us": 17.9e6})
     assert {x.rank: x.state for x in rank_statuses(s, now=21.5)}[1] != "compiling"
     (rep,) = [rs for r, rs in s.ranks.items() if r == 1]
-    assert rep.session.compile.phase_s == {"backward": pytest.approx(17.9)}
+    assert rep.session.compile.phases.seconds == {"backward": pytest.approx(17.9)}
 
 
 def test_sixty_four_ranks_fit_an_80_by_24_terminal():

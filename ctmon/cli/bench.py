@@ -274,10 +274,10 @@ class Follower:
         """What the run is doing (starting, compiling, stepping), and a detail."""
         s = self.session
         cs = s.compile
-        open_since = [ev.t for ev in cs.active.values()] + list(cs.backward_active.values())
+        open_since = [ev.t for ev in cs.active.values()] + list(cs.phases.backward_open.values())
         for rs in s.ranks.values():
             open_since += [ev.t for ev in rs.session.compile.active.values()]
-            open_since += list(rs.session.compile.backward_active.values())
+            open_since += list(rs.session.compile.phases.backward_open.values())
         compiles = cs.compile_count + sum(rs.session.compile.compile_count for rs in s.ranks.values())
         done = f"{compiles} compile{'s' if compiles != 1 else ''} done"
         if open_since:

@@ -109,7 +109,7 @@ def _steady(s: Session) -> list[float]:
     spans = [c.span for c in s.compile.compiles]
     for rs in s.ranks.values():
         spans += [c.span for c in rs.session.compile.compiles]
-    spans += [(p.start, p.end) for p in s.compile.phase_spans if p.phase == "backward"]
+    spans += [(p.start, p.end) for p in s.compile.phases.spans if p.phase == "backward"]
     marked = series.compile_marked(spans)
     last_end = max((b for _, b in spans), default=-math.inf)
     first = bisect_right(series.times, last_end)  # the first boundary after every compile

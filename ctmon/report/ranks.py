@@ -37,7 +37,7 @@ def compile_counts(cs: CompileState) -> dict[str, Any]:
         "phases_s": compile_phases(cs),
         # PyTorch's own phase timers, where the run logged them (a phase
         # never seen is absent, not 0); nested phases each count whole
-        "traced_phases_s": {p: round(cs.phase_s[p], 3) for p in COMPILE_PHASES if p in cs.phase_s},
+        "traced_phases_s": {p: round(cs.phases.seconds[p], 3) for p in COMPILE_PHASES if p in cs.phases.seconds},
     }
 
 

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctmon.store.phases import PhaseTimers
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
 
@@ -91,16 +92,6 @@ class CompileRecord:
     def span(self) -> tuple[float, float]:
         start = self.start_t if self.start_t is not None else self.t - self.time_s
         return (start, start + self.time_s)
-
-
-@dataclass(slots=True)
-class PhaseSpan:
-    """One phase of one compile, from PyTorch's own timers (epoch seconds)."""
-
-    compile_id: str
-    phase: str
-    start: float
-    end: float
 
 
 @dataclass
@@ -184,14 +175,7 @@ class CompileState:
         self.total_time_s = 0.0
         self.bwd_compiles = 0
         self.bwd_time_s = 0.0
-        # PyTorch's own phase timers (ctmon/agent/phases.py): seconds per
-        # phase over all compiles (nested phases each count whole), the spans
-        # themselves (the first PHASE_SPANS_MAX, for timelines), the phases
-        # begun and not yet ended, and the backward compiles under way
-        self.phase_s: dict[str, float] = {}
-        self.phase_spans: list[PhaseSpan] = []
-        self._phase_open: dict[tuple[str, str], float] = {}
-        self.backward_active: dict[str, float] = {}  # compile id -> when its backward compile began
+        self.phases = PhaseTimers()  # PyTorch's own phase timers
         self.graph_break_count = 0
         self.breaks: dict[tuple[Any, Any], BreakSite] = {}
         # what a library logged, by the line that logged it (a logging call
@@ -326,27 +310,8 @@ class CompileState:
             self.compiles.append(rec)
         return rec
 
-    PHASE_SPANS_MAX = 20_000
-
-    def on_phase(self, ev: E.CompilePhase) -> None:
-        cid = str(ev.compile_id)
-        key = (cid, ev.phase)
-        if ev.ph == "B":
-            self._phase_open[key] = ev.t
-            if ev.phase == "backward":
-                self.backward_active[cid] = ev.t
-            return
-        start = self._phase_open.pop(key, None)
-        if ev.phase == "backward":
-            self.backward_active.pop(cid, None)
-        if start is None:
-            return
-        self.phase_s[ev.phase] = self.phase_s.get(ev.phase, 0.0) + max(0.0, ev.t - start)
-        if len(self.phase_spans) < self.PHASE_SPANS_MAX:
-            self.phase_spans.append(PhaseSpan(cid, ev.phase, start, ev.t))
-
     def on_bwd(self, ev: E.BwdCompile) -> None:
-        self.backward_active.pop(str(ev.compile_id), None)
+        self.phases.backward_done(str(ev.compile_id))
         self.bwd_compiles += 1
         dur = ev.duration_us
         secs = dur / 1e6 if dur is not None else (ev.inductor_compile_time_s or 0.0)

@@ -60,7 +60,7 @@ def _compiling(rs: RankState, now: float) -> tuple[str, float] | None:
         start = min(cs.active.values(), key=lambda ev: ev.t)
         frame = cs.frames.get(start.frame_id)
         oldest = (start.t, frame.title if frame is not None else display_name(start.name) or "?")
-    for cid, t in cs.backward_active.items():
+    for cid, t in cs.phases.backward_open.items():
         if oldest is None or t < oldest[0]:
             frame = cs.frames.get(_frame_id(cid))
             oldest = (t, f"backward of {frame.title if frame is not None else '?'}")

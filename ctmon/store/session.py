@@ -333,7 +333,7 @@ class Session:
         self.rev["steps"] += 1
 
     def _on_phase(self, ev: E.CompilePhase) -> None:
-        self.compile.on_phase(ev)
+        self.compile.phases.on_phase(ev)
         if ev.phase == "backward":  # what the ranks view shows changes
             self.rev["compile"] += 1
 
