@@ -253,6 +253,17 @@ def test_a_recompile_one_rank_is_still_compiling_is_critical_before_it_ends():
     assert not [f for f in s.findings() if f.rule == "rank-divergence"]
 
 
+def test_a_rank_still_on_its_first_compile_has_not_compiled_less():
+    """Ranks finish their first compiles a minute apart under max-autotune:
+    the one still compiling is not a divergence (seen on two GPUs)."""
+    s = Session()
+    for ev in [_hello(0, 0, 11), _hello(1, 1, 12), *_compile(1, "0/0")]:
+        s.apply(ev)
+    s.apply({**_compile(0, "0/0", t=2.0)[0]})  # rank 0's first compile runs on
+    s.apply({"kind": "sample", "t": 70.0})
+    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+
+
 def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypatch):
     # the hook's module without its start-up call (it would claim this test process)
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon", "agent", "site")

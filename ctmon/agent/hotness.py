@@ -40,6 +40,7 @@ INTERVAL_S = 0.05
 SEND_EVERY_S = 2.0
 MAX_DEPTH = 160
 MAX_FRAMES = 500  # compiled frames tracked (a recompile storm makes many resume functions)
+MAX_PENDING = 20_000  # samples of one step (17 minutes): a job that stops stepping keeps no more
 
 # Frames that run a compiled graph: AOTAutograd's runtime, Inductor's output
 # code and generated modules, FX's generated forward. One of these on the
@@ -125,7 +126,8 @@ class Hotness:
         if where is None:  # no compiled frame: a compiled backward, or the engine waiting for one
             where = "graph" if body or self._waits_for_compiled_backward(innermost, frames) else "other"
         key = (owner.co_filename, owner.co_firstlineno, owner.co_name) if owner is not None else None
-        self._pending.append((where, key))
+        if len(self._pending) < MAX_PENDING:
+            self._pending.append((where, key))
 
     def _commit(self) -> None:
         pending, self._pending = self._pending, []

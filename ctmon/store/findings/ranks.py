@@ -67,16 +67,15 @@ def _step_at(rs: RankState, t: float) -> int | None:
     return bisect_right(series.times, t)
 
 
-def _open_recompiles(rs: RankState) -> dict[int, list[CompileStart]]:
-    """This rank's recompiles that started and have not ended, by frame: the
+def _open_compiles(rs: RankState) -> dict[int, list[CompileStart]]:
+    """This rank's compiles that started and have not ended, by frame: the
     rank the others are waiting for, and, when the job is killed mid-compile,
-    the only trace of the divergence. A first compile still open is left
-    out: ranks reach their first compiles seconds apart."""
+    the only trace of the divergence."""
     out: dict[int, list[CompileStart]] = defaultdict(list)
     frames = rs.session.compile.frames
     for start in rs.session.compile.active.values():
         frame = frames.get(start.frame_id)
-        if frame is not None and frame.compiles:
+        if frame is not None:
             out[id(frame)].append(start)
     return out
 
@@ -88,17 +87,23 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
     frames: dict[FrameKey, dict[int, Frame]] = defaultdict(dict)
     running: dict[int, dict[int, list[CompileStart]]] = {}
     for r, rs in s.ranks.items():
-        running[r] = _open_recompiles(rs)
+        running[r] = _open_compiles(rs)
         for f in rs.session.compile.frames.values():
             frames[_key(f)][r] = f
     out = []
     for by_rank in frames.values():
         opened = {r: running[r].get(id(f), []) for r, f in by_rank.items()}
         counts = {r: len(by_rank[r].compiles) + len(opened[r]) if r in by_rank else 0 for r in s.ranks}
-        # Ranks a moment apart on the same recompile are not divergent: an
-        # open recompile counts once it has run OPEN_RECOMPILE_S.
+        # Ranks a moment apart on the same compile are not divergent: an open
+        # compile evens the count (a rank still on its first compile has not
+        # compiled less), and tips it only as a recompile that has run
+        # OPEN_RECOMPILE_S.
         settled = {
-            r: n - sum(1 for st in opened.get(r, []) if now - st.t < OPEN_RECOMPILE_S) for r, n in counts.items()
+            r: len(by_rank[r].compiles)
+            + sum(1 for st in opened[r] if by_rank[r].compiles and now - st.t >= OPEN_RECOMPILE_S)
+            if r in by_rank
+            else 0
+            for r in s.ranks
         }
         if len(set(counts.values())) < 2 or len(set(settled.values())) < 2:
             continue
