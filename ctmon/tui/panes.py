@@ -131,7 +131,7 @@ FRAME_COLS = [
     Col("frame", 12, 30),
     Col("compiles", 3, 8, right=True, short="n"),
     Col("budget", 5, 7, right=True),
-    Col("last recompile reason", 20, 400, flex=True, short="last reason", share=0.35),
+    Col("last recompile reason", 14, 400, flex=True, short="last reason", share=0.35),
     Col("time", 6, 8, right=True),
     Col("step %", 4, 6, right=True, short="%"),
 ]
