@@ -40,7 +40,7 @@ class CliError(Exception):
 COMMANDS = ("attach", "record", "replay", "report", "export", "watch", "bench")
 # ctmon's own requirements: a Python environment without one of them gets a
 # line saying so, not a traceback.
-REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil")
+REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil", "prometheus_client")
 
 
 def _command(name: str) -> Callable[[list[str]], int]:

@@ -29,8 +29,7 @@ from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
 from ctmon.launch.spec import JobSpec
 from ctmon.report.bench import MODES, ModeRun, compare, mode_row, render_markdown, render_text
-from ctmon.store import Session
-from ctmon.wire.recording import StreamDecoder
+from ctmon.report.follow import Follower as RecordingFollower
 
 OPTIONS = [
     OptionSpec(("--modes",), "modes", True, help=f"modes to run, comma-separated (default: all of {','.join(MODES)})"),
@@ -242,33 +241,8 @@ def _last_line(path: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
-class Follower:
-    """A recording read as it grows, into a store."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.session = Session()
-        self.dec = StreamDecoder()
-        self.offset = 0
-        self.events = 0
-
-    def read(self, final: bool = False) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except OSError:
-            return
-        self.offset += len(chunk)
-        evs = self.dec.feed(chunk)
-        if final:
-            evs += self.dec.finish()
-        self.events += len(evs)
-        self.session.apply_all(evs)
-
-    def steps(self) -> int:
-        series = self.session.steps.current
-        return len(series) if series is not None else 0
+class Follower(RecordingFollower):
+    """A run's recording as it grows, and what the run is doing."""
 
     def state(self) -> tuple[str, str]:
         """What the run is doing (starting, compiling, stepping), and a detail."""

@@ -42,6 +42,13 @@ OPTIONS = [
         help="also serve viewers over TCP at [HOST:]PORT (loopback by default; token required)",
         metavar="ADDR",
     ),
+    OptionSpec(
+        ("--metrics-port",),
+        "metrics_port",
+        True,
+        help="serve Prometheus metrics at [HOST:]PORT (loopback by default; or CTMON_METRICS_PORT)",
+        metavar="ADDR",
+    ),
 ]
 USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
@@ -55,13 +62,34 @@ def main(argv: list[str]) -> int:
     assert parsed.spec is not None
     budgets = parse_budgets(parsed.texts("fail_on"))
     listen = check_listen(parsed.text("listen"))
+    metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None)
     return run_headless(
         parsed.spec,
         parsed.text("output"),
         quiet=parsed.flag("quiet"),
         budgets=budgets,
         listen=listen,
+        metrics=metrics,
     )
+
+
+def metrics_url(spec: str) -> str:
+    from ctmon.launch.metrics import parse_address
+
+    host, port = parse_address(spec)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+
+def check_metrics(spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    from ctmon.launch.metrics import MetricsError, parse_address
+
+    try:
+        parse_address(spec)
+    except MetricsError as e:
+        raise UsageError(f"record: {e}") from None
+    return spec
 
 
 def check_listen(spec: str | None) -> str | None:
@@ -87,6 +115,7 @@ def run_headless(
     quiet: bool = False,
     budgets: list[gate.Budget] | None = None,
     listen: str | None = None,
+    metrics: str | None = None,
 ) -> int:
     # imported here: the job's interpreter was checked (torch, the script)
     # before anything heavier than the standard library is loaded
@@ -111,11 +140,14 @@ def run_headless(
                 session_id=sid,
                 mode="record",
                 listen=listen,
+                metrics=metrics,
                 new_files=output is None,
             ),
         )
         if listen:
             sup.on_listening = lambda addr, token: _announce(sup, addr, os.path.join(sdir, "token"))
+        if metrics:
+            sup.on_metrics = lambda: _say(f"ctmon: Prometheus metrics at {metrics_url(metrics)} while the job runs")
         try:
             info = sup.run()
         except SupervisorError as e:

@@ -39,6 +39,7 @@ import ctmon
 from ctmon.launch.adopted_job import AdoptedJob
 from ctmon.launch.intake import Agent, Intake
 from ctmon.launch.job import Job
+from ctmon.launch.metrics import MetricsError, MetricsServer
 from ctmon.launch.recorder import Recorder, RecorderError
 from ctmon.launch.registry import Registry
 from ctmon.launch.sockets import listen_unix
@@ -67,6 +68,7 @@ class SupervisorOptions:
     listen: str | None = None  # "[HOST:]PORT": also serve viewers over TCP (token required)
     new_files: bool = False  # ctmon chose the names: create them, never reuse what is there
     adopt_pid: int | None = None  # a running process that called ctmon.install(): not started here
+    metrics: str | None = None  # "[HOST:]PORT": serve Prometheus metrics there (ctmon/launch/metrics.py)
 
 
 class SupervisorError(Exception):
@@ -103,6 +105,8 @@ class Supervisor:
         self.on_event: Callable[[E.Event | E.Unknown], None] | None = None
         self._encode = msgspec.json.Encoder().encode
         self.on_listening: Callable[[str, str], None] | None = None
+        self.metrics: MetricsServer | None = None
+        self.on_metrics: Callable[[], None] | None = None  # the endpoint is up (record says where)
 
     @property
     def tcp_all_interfaces(self) -> bool:
@@ -123,13 +127,24 @@ class Supervisor:
             if self.on_listening is not None:
                 assert self.viewers.tcp_address is not None and self.viewers.token is not None
                 self.on_listening(self.viewers.tcp_address, self.viewers.token)
+        if opts.metrics:
+            try:  # bound before the job starts, and before an earlier recording is emptied
+                self.metrics = MetricsServer(opts.metrics, opts.recording)
+            except MetricsError as e:
+                raise SupervisorError(str(e)) from None
+            if self.on_metrics is not None:
+                self.on_metrics()
         try:
             self.recorder.open()  # locked, not yet emptied: before the viewer socket says "ready"
         except RecorderError as e:
+            if self.metrics is not None:
+                self.metrics.close()
             raise SupervisorError(str(e)) from None
         self.agent_sock = listen_unix(self.agent_path)
         self.viewer_sock = listen_unix(self.viewer_path)
         self.recorder.empty()  # setup went through: an earlier recording may go now
+        if self.metrics is not None:
+            self.metrics.serve()  # scrapes read the recording from now on
         self.sel.register(self.agent_sock, selectors.EVENT_READ, ("agent_listen", None))
         self.sel.register(self.viewer_sock, selectors.EVENT_READ, ("viewer_listen", None))
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
@@ -348,6 +363,8 @@ class Supervisor:
         self.exit = self.registry.exit
         self.registry.write("exited")
         self._serve_remaining_viewers()
+        if self.metrics is not None:
+            self.metrics.close()
         self._close()
 
     def _serve_remaining_viewers(self) -> None:
