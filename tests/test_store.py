@@ -1355,3 +1355,25 @@ def test_long_series_statistics_equal_the_sorted_lists(monkeypatch, device):
     for field in ("p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "last_ms"):
         assert getattr(large, field) == getattr(exact, field), field
     assert large.mean_ms == pytest.approx(exact.mean_ms, rel=1e-12)
+
+
+def test_the_system_section_says_how_busy_each_gpu_was_and_why_there_is_none():
+    from ctmon.report.system import system_report
+
+    s = Session()
+    s.apply({"kind": "steps", "t": 10.0, "src": "optimizer", "i0": 0, "ns": [0] + [int(1e9)] * 10})  # 10..20 s
+    for k, util in enumerate([90, 0, 0, 100, 80, 2, 95, 99, 70, 60, 0, 100]):
+        gpu = {"index": 0, "name": "G", "util": util, "mem_used": (k + 1) * 2**30, "mem_total": 80 * 2**30}
+        gpu.update(proc_mem=k * 2**29, power_w=300.0)
+        s.apply({"kind": "sample", "t": 9.5 + k, "cpu_percent": 50.0 + k, "rss": 2**30, "cpus": 16, "gpus": [gpu]})
+    r = system_report(s)
+    (g,) = r["gpus"]
+    assert (g["samples"], g["util_mean"], g["util_p10"], g["util_p90"]) == (12, 58.0, 0.0, 100.0)
+    assert g["memory_peak_bytes"] == 12 * 2**30 and g["job_memory_peak_bytes"] == 11 * 2**29
+    # samples at 10.5 .. 19.5 s fall while steps ran: 0, 0, 100, 80, 2, 95, 99, 70, 60, 0 -> 4 idle of 10
+    assert g["idle_share_while_stepping"] == 0.4 and g["power_mean_w"] == 300.0
+    assert (r["cpu_percent_peak"], r["cpus"], r["rss_peak_bytes"], r["no_gpu"]) == (61.0, 16, 2**30, None)
+    cpu_only = Session()
+    cpu_only.apply({"kind": "sample", "t": 1.0, "cpu_percent": 10.0, "gpu_error": "no NVIDIA driver (NVML not found)"})
+    r = system_report(cpu_only)
+    assert r["gpus"] == [] and r["no_gpu"] == "no NVIDIA driver (NVML not found)"

@@ -14,6 +14,7 @@ import msgspec
 
 import ctmon
 from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_reports
+from ctmon.report.system import system_report
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord, CompileState, Frame
 from ctmon.store.findings.model import called_from_dict
@@ -103,6 +104,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "entries_at_start": s.meta.cache_entries or None,
         },
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
+        "system": None if traced else system_report(s),
         "findings": [f.as_dict() for f in s.findings()],
         "ranks": rank_reports(s),
         "nodes": nodes or [],

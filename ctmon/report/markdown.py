@@ -12,6 +12,19 @@ from ctmon.textsafe import clean, clean_tree
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
 
+def _system(sysr: dict[str, Any]) -> str:
+    parts = [
+        f"GPU {g['index']}: utilisation mean {g['util_mean']}%, memory peak {g['memory_peak_bytes'] / 2**30:.1f} GiB"
+        for g in sysr["gpus"]
+        if g.get("memory_peak_bytes")
+    ]
+    if not sysr["gpus"]:
+        parts.append(f"no GPU figures ({sysr['no_gpu']})")
+    if sysr.get("cpu_percent_peak") is not None:
+        parts.append(f"CPU peak {sysr['cpu_percent_peak']}%")
+    return "; ".join(parts)
+
+
 def _shares(rt: dict[str, Any]) -> str:
     return (
         f"{rt['graph_share']:.0%} compiled graphs, {rt['glue_share']:.0%} eager code between graphs, "
@@ -50,6 +63,7 @@ def markdown(r: dict[str, Any]) -> str:
             if (st.get("runtime") or {}).get("graph_share") is not None
             else []
         ),
+        *([("System", _system(r["system"]))] if (r.get("system") or {}).get("samples") else []),
         ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),

@@ -13,6 +13,11 @@ from typing import Any
 from ctmon import locations
 from ctmon.textsafe import clean, clean_tree
 
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 PHASE_NAMES = {
     "dynamo_tracing": "Dynamo tracing",
     "guards": "guards",
@@ -279,6 +284,28 @@ def full_text(r: dict[str, Any]) -> str:
         add("Graph breaks")
         for b in gbs:
             add(f"  {where(b['file'], b['line'], cwd)}  ×{b['count']}  {b['reason']}{_lead(b, cwd)}")
+    sysr = r.get("system")
+    if sysr and sysr.get("samples"):
+        add("")
+        add("System")
+        for g in sysr["gpus"]:
+            mem = fmt_bytes(g["memory_peak_bytes"]) if g["memory_peak_bytes"] else "?"
+            job = f" (the job's own {fmt_bytes(g['job_memory_peak_bytes'])})" if g["job_memory_peak_bytes"] else ""
+            idle = g["idle_share_while_stepping"]
+            text = (
+                f"GPU {g['index']} {g['name'] or ''}: utilisation mean {g['util_mean']}%, p10 {g['util_p10']}%, "
+                f"p90 {g['util_p90']}%; memory peak {mem}{job}"
+                + (f"; power {g['power_mean_w']:.0f} W" if g["power_mean_w"] is not None else "")
+                + (f"; idle {idle:.0%} of the time steps ran" if idle is not None else "")
+            )
+            add(_wrap(text, "  ", "    "))
+        if not sysr["gpus"]:
+            add(f"  no GPU figures: {sysr['no_gpu']}")
+        cpu = sysr["cpu_percent_peak"]
+        if cpu is not None:
+            cores = f" of {sysr['cpus']} cores" if sysr.get("cpus") else ""
+            rss = f", RSS peak {fmt_bytes(sysr['rss_peak_bytes'])}" if sysr.get("rss_peak_bytes") else ""
+            add(f"  CPU mean {sysr['cpu_percent_mean']}%, peak {cpu}%{cores}{rss}")
     cache = r["cache"]
     add("")
     add("Caches")
