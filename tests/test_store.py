@@ -432,7 +432,7 @@ def test_recompile_limit_run():
     assert fr["compile_ids"] == ["0/0", "0/1", "0/2", "0/3"]
     text = full_text(r)
     assert "LIMIT HIT" in text
-    assert "1 recompile-limit hits of limit 3" in text
+    assert "1 recompile-limit hit of limit 3" in text
 
 
 def test_limit_hit_for_a_frame_never_seen_before():
@@ -1377,3 +1377,17 @@ def test_the_system_section_says_how_busy_each_gpu_was_and_why_there_is_none():
     cpu_only.apply({"kind": "sample", "t": 1.0, "cpu_percent": 10.0, "gpu_error": "no NVIDIA driver (NVML not found)"})
     r = system_report(cpu_only)
     assert r["gpus"] == [] and r["no_gpu"] == "no NVIDIA driver (NVML not found)"
+
+
+def test_the_end_of_run_summary_counts_in_words_and_says_how_many_findings_it_left_out():
+    from ctmon.report.text import summary_lines
+
+    s = Session()
+    s.apply({"kind": "compile_start", "t": 1.0, "compile_id": "0/0", "frame_id": 0, "name": "f", "file": "/u.py"})
+    s.apply({"kind": "compile", "t": 1.5, "compile_id": "0/0", "frame_id": 0, "entire_frame_compile_time_s": 0.5})
+    r = build_report(s)
+    r["findings"] = [{"severity": "warning", "title": f"finding {k}", "file": None, "line": None} for k in range(5)]
+    lines = summary_lines(r)
+    assert any(x.startswith("ctmon: 1 compile, 0 recompiles, 0 graph breaks, 0 recompile-limit hits") for x in lines)
+    assert [x for x in lines if "finding " in x] == [f"ctmon: WARNING: finding {k}" for k in range(3)]
+    assert "ctmon: +2 more findings (ctmon report shows them all)" in lines

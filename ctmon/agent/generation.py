@@ -49,7 +49,7 @@ _now = time.perf_counter_ns
 class _Open:
     """One generate() call in progress."""
 
-    __slots__ = ("start_ns", "prefill", "decode", "i0", "i1", "first_decode_ns", "ref", "__weakref__")
+    __slots__ = ("start_ns", "prefill", "decode", "i0", "i1", "first_decode_ns", "ref", "depth", "__weakref__")
 
     def __init__(self, start_ns: int | None) -> None:
         self.start_ns = start_ns
@@ -59,6 +59,7 @@ class _Open:
         self.i1 = -1
         self.first_decode_ns: int | None = None
         self.ref: Any = None
+        self.depth = -1  # frames from a decode call's caller up to this generate() frame
 
 
 class GenerationWatch:
@@ -93,12 +94,18 @@ class GenerationWatch:
 
     def on_call(self, idx: int, t_ns: int) -> None:
         cur = self._open
-        if cur is not None and cur.decode:
+        if cur is not None and cur.decode and self._same_call(cur):
             self._decode(cur, idx, t_ns)  # generate() still runs: its config is alive
             return
-        frame, in_prefill = self._find(sys._getframe(2))
+        frame, in_prefill, depth = self._find(sys._getframe(2))
         if frame is None:
             return
+        if cur is not None and frame.f_locals.get(CONFIG_LOCAL) is not cur.ref():
+            # A new generate() while the last one's config still lives (its
+            # frame kept a moment longer by something holding a frame object):
+            # the last one ended when this one began.
+            self._finish(cur, t_ns)
+            cur = None
         if cur is None:
             cur = self._begin(frame)
             if cur is None:
@@ -106,23 +113,37 @@ class GenerationWatch:
         if in_prefill:
             cur.prefill += 1
         else:
+            cur.depth = depth
             self._decode(cur, idx, t_ns)
 
-    def _find(self, frame: FrameType | None) -> tuple[FrameType | None, bool]:
-        """The outermost generate() frame above a call, and whether _prefill() is between."""
+    def _same_call(self, cur: _Open) -> bool:
+        """The generate() frame at the depth of the last decode call is still
+        the one of ``cur``: a few frame hops and one look at its config."""
+        if cur.depth < 0:
+            return False
+        try:
+            frame = sys._getframe(3 + cur.depth)  # on_call's caller's caller is where _find starts
+        except ValueError:
+            return False
+        return frame.f_code is self._generate and frame.f_locals.get(CONFIG_LOCAL) is cur.ref()
+
+    def _find(self, frame: FrameType | None) -> tuple[FrameType | None, bool, int]:
+        """The outermost generate() frame above a call, whether _prefill() is
+        between, and how many frames up from ``frame`` it is."""
         generate, prefill = self._generate, self._prefill
         found: FrameType | None = None
+        found_at = -1
         in_prefill = False
         depth = 0
         while frame is not None and depth < MAX_DEPTH:
             code = frame.f_code
             if code is generate:
-                found = frame
+                found, found_at = frame, depth
             elif code is prefill and found is None:
                 in_prefill = True
             frame = frame.f_back
             depth += 1
-        return found, in_prefill
+        return found, in_prefill, found_at
 
     def _begin(self, frame: FrameType) -> _Open | None:
         config = frame.f_locals.get(CONFIG_LOCAL)

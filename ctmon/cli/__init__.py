@@ -23,6 +23,7 @@ commands:
   report  FILE [--json|--md]                  summarise a recording (or a TORCH_TRACE dir)
   export  --perfetto|--svg FILE -o OUT        the run as a timeline (Perfetto, chrome://tracing)
   bench   [opts] SCRIPT|-m MODULE [ARGS...]    run a script once per torch.compile mode and compare
+  runs    [--keep N | --older-than AGE]       list (and prune) the recordings ctmon keeps
   watch   [PID]                               list this user's live jobs, attach to one
 
 Run 'ctmon <command> --help' for a command's options.
@@ -37,7 +38,7 @@ class CliError(Exception):
         self.status = status
 
 
-COMMANDS = ("attach", "record", "replay", "report", "export", "watch", "bench")
+COMMANDS = ("attach", "record", "replay", "report", "export", "watch", "bench", "runs")
 # ctmon's own requirements: a Python environment without one of them gets a
 # line saying so, not a traceback.
 REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil", "prometheus_client")

@@ -33,7 +33,11 @@ OPTIONS = [
     ),
 ]
 USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]"
-DESCRIPTION = "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live."
+DESCRIPTION = (
+    "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live.\n"
+    "Of ctmon record's options only -o applies here; --fail-on, --listen, --metrics-port and -q are\n"
+    "record's: run 'ctmon record' for a headless run with them (and 'ctmon watch' to look at it live)."
+)
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -29,7 +30,8 @@ from ctmon.textsafe import clean
 if TYPE_CHECKING:
     from ctmon.wire.feeds import Feed
 
-HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
+# the docstring, as a terminal shows it: ``q`` (reST for the code reader) as 'q'
+HELP = re.sub(r"``([^`]+)``", r"'\1'", __doc__.split("\n\n", 1)[1]) if __doc__ else ""
 
 
 def main(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ctmon.report.ranks import compile_counts, job_totals
 from ctmon.store import Session
+from ctmon.words import cut
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 STEADY_MIN = 3  # fewer steady steps than this: the last half of the steps stands in
@@ -96,7 +97,7 @@ def _failure(run: ModeRun) -> str | None:
     raised = s.uncaught if s is not None else None
     if raised is not None:
         where = f" at {raised.file}:{raised.line}" if raised.file else ""
-        return f"{raised.type}: {raised.message.splitlines()[0][:200] if raised.message else ''}{where}"
+        return f"{raised.type}: {cut(raised.message.splitlines()[0], 200) if raised.message else ''}{where}"
     return f"exited with code {run.exit_code}"
 
 

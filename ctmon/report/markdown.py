@@ -3,11 +3,13 @@ terminal first: recorded strings are cleaned as in the text report)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ctmon.locations import where
 from ctmon.report.text import NOTES_SHOWN, exit_text, fmt_ms, fmt_s, generation_text, rank_lines, warning_notes
 from ctmon.textsafe import clean, clean_tree
+from ctmon.words import cut
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -40,13 +42,55 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+# Findings' text as Markdown a CommonMark renderer (GitHub's too) shows as
+# meant: the code spans it already has stay code, links become clickable
+# (<url>; a link inside a code span is not, so it is taken out of it), and
+# everything else is escaped, never wrapped whole in backticks.
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_URL = re.compile(r"https?://[^\s<>`]*[^\s<>`.,;:)\]'\"]")
+_SPECIAL = re.compile(r"([\\*_\[\]<>#|~])")
+
+
+def inline(text: str, limit: int | None = None) -> str:
+    text = " ".join(text.split("\n"))
+    if limit is not None:
+        text = cut(text, limit)
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(_plain(text[pos : m.start()]))
+        body = m.group(2)
+        out.append(_plain(body) if _URL.search(body) else code(body))
+        pos = m.end()
+    out.append(_plain(text[pos:]))
+    return "".join(out)
+
+
+def _plain(text: str) -> str:
+    out, pos = [], 0
+    for m in _URL.finditer(text):
+        out.append(_SPECIAL.sub(r"\\\1", text[pos : m.start()]))
+        out.append(f"<{m.group(0)}>")
+        pos = m.end()
+    out.append(_SPECIAL.sub(r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def code(text: str) -> str:
+    """A code span holding ``text`` whatever backticks it has (CommonMark:
+    a fence longer than any run inside, padded when it starts or ends with one)."""
+    runs = [len(m.group(0)) for m in re.finditer(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def markdown(r: dict[str, Any]) -> str:
     r = clean_tree(r)
     cwd = r.get("cwd")
     cmd = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
     out = [
-        f"### ctmon: `{cmd}` {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""),
+        f"### ctmon: {code(cmd)} {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""),
         "",
     ]
     fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
@@ -89,13 +133,13 @@ def markdown(r: dict[str, Any]) -> str:
                     if at
                     else _where(called["file"], called.get("line"), cwd)
                 )
-            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {at + ' — ' if at else ''}{f['title']}")
+            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {at + ' — ' if at else ''}{inline(f['title'])}")
             if f.get("fix"):
-                out.append(f"  - Fix: {f['fix']}")
+                out.append(f"  - Fix: {inline(f['fix'])}")
             if f.get("evidence"):
                 out.append("  <details><summary>Evidence</summary>")
                 out.append("")
-                out += [f"  - `{_cell(e)[:300]}`" for e in f["evidence"][:10]]
+                out += [f"  - {inline(e, 300)}" for e in f["evidence"][:10]]
                 out.append("  </details>")
         out.append("")
     else:
@@ -103,12 +147,12 @@ def markdown(r: dict[str, Any]) -> str:
     said = warning_notes(r)
     if said:
         out += [f"#### ctmon noted ({len(said)})", ""]
-        out += [f"- {n['level']}: {_cell(n['message'])[:500]}" for n in said[:NOTES_SHOWN]]
+        out += [f"- {n['level']}: {inline(n['message'], 500)}" for n in said[:NOTES_SHOWN]]
         out.append("")
     if infos:
         out.append("<details><summary>Notes</summary>")
         out.append("")
-        out += [f"- {f['title']}" for f in infos]
+        out += [f"- {inline(f['title'])}" for f in infos]
         out.append("</details>")
         out.append("")
     return clean("\n".join(out))

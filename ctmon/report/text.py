@@ -12,6 +12,16 @@ from typing import Any
 
 from ctmon import locations
 from ctmon.textsafe import clean, clean_tree
+from ctmon.words import cut, plural
+
+SUMMARY_FINDINGS = 3  # warnings and criticals in the end-of-run summary; the rest are counted
+
+
+def _counts(c: dict[str, Any]) -> str:
+    return (
+        f"{plural(c['compiles'], 'compile')}, {plural(c['recompiles'], 'recompile')}, "
+        f"{plural(c['graph_breaks'], 'graph break')}, {plural(c['limit_hits'], 'recompile-limit hit')}"
+    )
 
 
 def fmt_bytes(n: float) -> str:
@@ -111,26 +121,24 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
         )
     if r.get("generation"):
         lines.append(f"ctmon: {generation_text(r['generation'])}")
-    lines.append(
-        f"ctmon: {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
-        f"{c['limit_hits']} recompile-limit hits, {fmt_s(c['total_time_s'])} compiling"
-    )
+    lines.append(f"ctmon: {_counts(c)}, {fmt_s(c['total_time_s'])} compiling")
     fx, aot = cache.get("fx_graph", {}), cache.get("aot_autograd", {})
     if any(fx.values()) or any(aot.values()):
         lines.append(
             f"ctmon: caches: FX graph {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss / {fx.get('bypass', 0)} bypass; "
             f"AOTAutograd {aot.get('hit', 0)} hit / {aot.get('miss', 0)} miss / {aot.get('bypass', 0)} bypass"
         )
-    for f in r.get("findings", [])[:3]:
-        if f.get("severity") in ("critical", "warning"):
-            called = locations.called_from_text(f.get("called_from"), r.get("cwd"))
-            at = ", ".join(
-                p for p in (where(f["file"], f.get("line"), r.get("cwd")) if f.get("file") else "", called) if p
-            )
-            lines.append(f"ctmon: {f['severity'].upper()}: {f['title']}" + (f" ({at})" if at else ""))
+    serious = [f for f in r.get("findings", []) if f.get("severity") in ("critical", "warning")]
+    for f in serious[:SUMMARY_FINDINGS]:
+        called = locations.called_from_text(f.get("called_from"), r.get("cwd"))
+        at = ", ".join(p for p in (where(f["file"], f.get("line"), r.get("cwd")) if f.get("file") else "", called) if p)
+        lines.append(f"ctmon: {f['severity'].upper()}: {f['title']}" + (f" ({at})" if at else ""))
+    if len(serious) > SUMMARY_FINDINGS:
+        more = len(serious) - SUMMARY_FINDINGS
+        lines.append(f"ctmon: +{more} more {'finding' if more == 1 else 'findings'} (ctmon report shows them all)")
     for n in warning_notes(r)[:2]:
         first = n["message"].strip().splitlines()[0] if n["message"].strip() else ""
-        lines.append(f"ctmon: {n['level'].upper()}: {first[:300]}")
+        lines.append(f"ctmon: {n['level'].upper()}: {cut(first, 300)}")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         lines.append(
@@ -222,10 +230,7 @@ def full_text(r: dict[str, Any]) -> str:
     add("")
     add("Compilation")
     limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") else ""
-    add(
-        f"  {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks, "
-        f"{c['limit_hits']} recompile-limit hits{limit}, {c['failures']} failures"
-    )
+    add(f"  {_counts(c)}{limit}, {plural(c['failures'], 'failure')}")
     add(
         f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
         f"{fmt_s(c['backward_time_s'])} backward graphs)"
@@ -268,14 +273,14 @@ def full_text(r: dict[str, Any]) -> str:
         for f in frames:
             flag = "  LIMIT HIT, runs eager" if f["limit_hit"] else ""
             add(
-                f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {f['compiles']} compiles, "
-                f"{f['recompiles']} recompiles, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
+                f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {plural(f['compiles'], 'compile')}, "
+                f"{plural(f['recompiles'], 'recompile')}, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
             frt = f.get("runtime")
             if frt and frt["samples"]:
                 add(f"      step time: {frt['share']:.0%} in its graphs, {frt['glue_share']:.0%} in its eager code")
             for reason in f["recompile_reasons"][:5]:
-                add(f"      recompiled: {reason.splitlines()[0][:160]}")
+                add(f"      recompiled: {cut(reason.splitlines()[0], 160)}")
             if len(f["recompile_reasons"]) > 5:
                 add(f"      … and {len(f['recompile_reasons']) - 5} more reasons")
     gbs = r.get("graph_breaks") or []
@@ -316,10 +321,10 @@ def full_text(r: dict[str, Any]) -> str:
     if at.get("kernels"):
         add(f"  {'Autotune':<12} {at['kernels']} kernels, {at['cached']} from cache")
     for b in cache.get("bypass_reasons") or []:
-        add(f"  bypass ×{b['count']}: {b['reason'][:160]}")
+        add(f"  bypass ×{b['count']}: {cut(b['reason'], 160)}")
     skips = (r.get("cudagraphs") or {}).get("skips") or []
     for sk in skips:
-        add(f"  cudagraphs skipped ×{sk['count']}: {sk['reason'][:160]}")
+        add(f"  cudagraphs skipped ×{sk['count']}: {cut(sk['reason'], 160)}")
     drops = r.get("drops") or {}
     if drops.get("steps") or drops.get("events"):
         add("")
@@ -363,11 +368,12 @@ def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
     for x in ranks:
         st, c = x["steps"], x["compile"]
         fx = (x.get("cache") or {}).get("fx_graph") or {}
-        steps = f"{st['count']} steps" + (f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else "")
+        steps = plural(st["count"], "step") + (f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else "")
         out.append(
             f"rank {x['rank']}"
             + (f" ({x['host']}, pid {x['pid']})" if x.get("host") else f" (pid {x['pid']})")
-            + f": {steps}; {c['compiles']} compiles, {c['recompiles']} recompiles, {c['graph_breaks']} breaks; "
+            + f": {steps}; {plural(c['compiles'], 'compile')}, {plural(c['recompiles'], 'recompile')}, "
+            f"{plural(c['graph_breaks'], 'break')}; "
             f"FX cache {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss"
             + (
                 f"; exit {x['exit_code']}" + (f" ({x['exit_signal']})" if x.get("exit_signal") else "")

@@ -9,6 +9,7 @@ from ctmon.locations import called_from_text as called_from_text
 from ctmon.locations import place as place
 from ctmon.locations import short_path as short_path
 from ctmon.locations import where as where
+from ctmon.words import plural  # noqa: F401 - the panes say counts through fmt
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -91,10 +92,6 @@ def pct(v: Any) -> str:
 
 def count(n: int) -> str:
     return f"{n:,}"
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 def clip(text: str, width: int) -> str:

@@ -15,9 +15,13 @@ from textual.widgets.selection_list import Selection
 
 from ctmon.tui.safe import clean, safe_text
 
-KEYS: list[tuple[str, str]] = [
+# Quitting: where a job runs, q and Ctrl-C reach it; a replay has no job to stop.
+QUIT_KEYS: list[tuple[str, str]] = [
     ("q", "quit (asks whether to stop the job if ctmon started it)"),
     ("Ctrl-C", "stop the job (SIGINT); again: kill it"),
+]
+QUIT_REPLAY_KEYS: list[tuple[str, str]] = [("q / Ctrl-C", "quit")]
+KEYS: list[tuple[str, str]] = [
     ("?", "this help"),
     ("Tab / Shift-Tab", "next / previous pane (frames, graph breaks, events, output)"),
     ("↑ ↓ PgUp PgDn Home End", "move in the pane (also j / k / g / G)"),
@@ -74,6 +78,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         text = Text()
         text.append("ctmon — keys\n", "bold")
+        text.append_text(_table(QUIT_REPLAY_KEYS if self.replay else QUIT_KEYS))
         text.append_text(_table(KEYS))
         if not self.replay:
             text.append_text(_table(JOB_KEYS))

@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.model import RANK_CACHE, Finding
+from ctmon.words import cut
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -191,7 +192,7 @@ def rule_caches(s: Session) -> list[Finding]:
                 id=f"cache:bypass:{cache}:{first[:60]}",
                 rule="caches",
                 severity="warning",
-                title=f"{label} cache bypassed {n}×: {first[:120]}",
+                title=f"{label} cache bypassed {n}×: {cut(first, 120)}",
                 file=file,
                 line=line,
                 detail="A bypassed graph is never cached: it compiles again on every start.",

@@ -66,8 +66,3 @@ def called_from_dict(frame: StackFrame | None) -> dict[str, Any] | None:
 
 def order(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.severity, 0), -f.rank, f.id))
-
-
-def cut(text: str, n: int) -> str:
-    """``text`` in at most ``n`` characters, an ellipsis where it was cut."""
-    return text if len(text) <= n else text[: n - 1] + "…"

@@ -11,6 +11,7 @@ from ctmon.store.findings import guards as G
 from ctmon.store.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
 from ctmon.store.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
 from ctmon.store.findings.silent import all_empty
+from ctmon.words import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord
@@ -42,7 +43,7 @@ def _frame_name(s: Session, c: CompileRecord) -> str:
 
 def _why(c: CompileRecord) -> str:
     if c.recompile_reason:
-        return c.recompile_reason.strip().splitlines()[0][:140]
+        return cut(c.recompile_reason.strip().splitlines()[0], 140)
     return "refused (recompile limit)" if c.limit_hit else "first compile of this frame"
 
 
@@ -306,7 +307,7 @@ def rule_cudagraphs(s: Session) -> list[Finding]:
                 id=f"cudagraphs-skipped:{short[:60]}",
                 rule="cudagraphs",
                 severity="warning",
-                title=f"CUDA graphs skipped {n}×: {short[:120]}",
+                title=f"CUDA graphs skipped {n}×: {cut(short, 120)}",
                 file=m.group("file") if m else None,
                 line=int(m.group("line")) if m else None,
                 detail="mode='reduce-overhead' only helps graphs it can capture; these run without CUDA graphs.",

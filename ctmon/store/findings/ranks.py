@@ -18,8 +18,9 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_LIMIT, Finding, cut
+from ctmon.store.findings.model import RANK_LIMIT, Finding
 from ctmon.store.launcher_failures import collective_timeouts, rank_failures
+from ctmon.words import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
@@ -127,14 +128,14 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
                 step = _step_at(s.ranks[r], c.span[0])
                 why = (c.recompile_reason or ("first compile" if c is mine.compiles[0] else "")).strip().splitlines()
                 said.append(
-                    f"{c.compile_id}{f' at step {step}' if step is not None else ''}: {(why or ['?'])[0][:160]}"
+                    f"{c.compile_id}{f' at step {step}' if step is not None else ''}: {cut((why or ['?'])[0], 160)}"
                 )
             for start in opened[r][:2]:
                 step = _step_at(s.ranks[r], start.t)
                 why = s.ranks[r].session.compile.pending_reasons(str(start.compile_id)) or ["?"]
                 said.append(
                     f"{start.compile_id}{f' at step {step}' if step is not None else ''}: still compiling after "
-                    f"{now - start.t:.0f} s — {why[0].strip()[:160]}"
+                    f"{now - start.t:.0f} s — {cut(why[0].strip(), 160)}"
                 )
             evidence.append(
                 f"rank {r}: {counts[r]} compile(s), {mine.recompiles + len(opened[r])} recompile(s)"

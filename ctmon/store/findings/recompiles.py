@@ -20,6 +20,7 @@ from ctmon.store.findings.guard_advice import tensor_names as _tensor
 from ctmon.store.findings.guard_advice import values_taken as _values
 from ctmon.store.findings.guards import strip_comment
 from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+from ctmon.words import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite, CompileRecord, Frame
@@ -39,8 +40,8 @@ def first_line(text: str | None, n: int = 160) -> str:
 
 
 def _ev(c: CompileRecord, g: G.Guard) -> str:
-    text = f"compile {c.compile_id}: {g.text[:200]}" + (f"  (at {g.file}:{g.line})" if g.file else "")
-    others = [x.text[:120] for x in G.failed(c.guard_failures) if x.text != g.text]
+    text = f"compile {c.compile_id}: {cut(g.text, 200)}" + (f"  (at {g.file}:{g.line})" if g.file else "")
+    others = [cut(x.text, 120) for x in G.failed(c.guard_failures) if x.text != g.text]
     if others:
         # the other cached versions failed on other guards: all of them are the cause
         text += f"; also failed: {'; '.join(others[:3])}" + (" …" if len(others) > 3 else "")

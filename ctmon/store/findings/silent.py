@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, cut
+from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+from ctmon.words import cut
 
 if TYPE_CHECKING:
     from ctmon.store.output import OutputLine
