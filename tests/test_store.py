@@ -1297,7 +1297,7 @@ def test_text_report_with_many_recompile_reasons():
     evs = [_metrics(f"0/{i}", 0, T0 + i, recompile_reason=f"0/{i - 1}: reason {i}\nsecond line") for i in range(1, 9)]
     r = build_report(run(*evs))
     text = full_text(r)
-    assert "recompiled: 0/0: reason 1" in text and "second line" not in text
+    assert "recompiled: reason 1 (a guard of 0/0 failed)" in text and "second line" not in text
     assert "… and 3 more reasons" in text
 
 

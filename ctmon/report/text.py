@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 from ctmon import locations
+from ctmon.store.compiles import split_reason
 from ctmon.textsafe import clean, clean_tree
 from ctmon.words import cut, plural
 
@@ -280,7 +281,8 @@ def full_text(r: dict[str, Any]) -> str:
             if frt and frt["samples"]:
                 add(f"      step time: {frt['share']:.0%} in its graphs, {frt['glue_share']:.0%} in its eager code")
             for reason in f["recompile_reasons"][:5]:
-                add(f"      recompiled: {cut(reason.splitlines()[0], 160)}")
+                version, why = split_reason(reason.splitlines()[0])
+                add(f"      recompiled: {cut(why, 160)}" + (f" (a guard of {version} failed)" if version else ""))
             if len(f["recompile_reasons"]) > 5:
                 add(f"      … and {len(f['recompile_reasons']) - 5} more reasons")
     gbs = r.get("graph_breaks") or []

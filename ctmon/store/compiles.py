@@ -27,6 +27,17 @@ LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cach
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
+_VERSION_PREFIX = re.compile(r"^(\d+/\d+): ")
+
+
+def split_reason(reason: str) -> tuple[str | None, str]:
+    """PyTorch's recompile reason "2/0: tensor 'x' size mismatch ..." names
+    the cached version whose guard failed (2/0), not the recompile (2/1):
+    that version's id, and the reason without it, for saying so apart."""
+    m = _VERSION_PREFIX.match(reason)
+    return (m.group(1), reason[m.end() :]) if m else (None, reason)
+
+
 def display_name(name: str | None) -> str | None:
     """Dynamo's resume functions, named for the user: 'forward (resumed at line 14)'."""
     if not name:

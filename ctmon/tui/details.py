@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.store import LogEntry, Session
-from ctmon.store.compiles import BreakSite, CompileRecord, Frame
+from ctmon.store.compiles import BreakSite, CompileRecord, Frame, split_reason
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
 from ctmon.tui.panels import localize
@@ -110,13 +110,16 @@ def _compile_block(out: Text, n: int, rec: CompileRecord, ctx: ViewContext) -> N
     if facts:
         out.append("    " + " · ".join(facts) + "\n", "dim")
     if rec.recompile_reason:
-        out.append("    reason:\n", "bold")
-        out.append(_indent(localize(rec.recompile_reason, cwd), "      ") + "\n", "yellow")
+        version, reason = split_reason(rec.recompile_reason)
+        out.append(f"    reason{f' (a guard of the cached version {version} failed)' if version else ''}:\n", "bold")
+        out.append(_indent(localize(reason, cwd), "      ") + "\n", "yellow")
     extra = [g for g in rec.guard_failures if g != rec.recompile_reason]
     if extra or len(rec.guard_failures) > 1:
         out.append("    guard failures:\n", "bold")
         for g in rec.guard_failures:
-            out.append(_indent(localize(g, cwd), "      - ").replace("\n      - ", "\n        ") + "\n")
+            version, reason = split_reason(g)
+            text = f"version {version}: {reason}" if version else reason
+            out.append(_indent(localize(text, cwd), "      - ").replace("\n      - ", "\n        ") + "\n")
     if rec.fail_reason:
         out.append("    fail reason:\n", "bold")
         out.append(_indent(localize(rec.fail_reason, cwd), "      ") + "\n", "red")
