@@ -49,7 +49,7 @@ _now = time.perf_counter_ns
 class _Open:
     """One generate() call in progress."""
 
-    __slots__ = ("start_ns", "prefill", "decode", "i0", "i1", "first_decode_ns", "ref", "depth", "__weakref__")
+    __slots__ = ("start_ns", "prefill", "decode", "i0", "i1", "first_decode_ns", "ref", "depth", "done", "__weakref__")
 
     def __init__(self, start_ns: int | None) -> None:
         self.start_ns = start_ns
@@ -60,6 +60,7 @@ class _Open:
         self.first_decode_ns: int | None = None
         self.ref: Any = None
         self.depth = -1  # frames from a decode call's caller up to this generate() frame
+        self.done = False  # its event was sent (when the next call began, or its config died)
 
 
 class GenerationWatch:
@@ -179,6 +180,9 @@ class GenerationWatch:
         return ended
 
     def _finish(self, cur: _Open, end_ns: int) -> None:
+        if cur.done:  # ended when the next generate() began; its config died only now
+            return
+        cur.done = True
         if self._open is cur:
             self._open = None
         if cur.decode == 0 and cur.prefill == 0:
