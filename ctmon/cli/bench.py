@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +69,7 @@ def main(argv: list[str]) -> int:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
         raise CliError(f"bench: cannot create {out_dir}: {e.strerror or e}") from None
+    own_cache = parsed.text("cache_dir") is None  # ours: removed at the end (Inductor caches grow large)
     cache = parsed.text("cache_dir") or tempfile.mkdtemp(prefix="ctmon-bench-cache-")
     progress = Progress(sys.stderr)
     runs: list[ModeRun] = []
@@ -91,8 +93,12 @@ def main(argv: list[str]) -> int:
                 if run.warm.stopped == "interrupted":
                     interrupted = True
                     break
+    except KeyboardInterrupt:  # between two runs: none is under way
+        interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if own_cache:
+            shutil.rmtree(cache, ignore_errors=True)
     progress.done()
     rows = [mode_row(r) for r in runs]
     doc: dict[str, Any] = {
@@ -101,7 +107,7 @@ def main(argv: list[str]) -> int:
         "command": parsed.spec.display(),
         "steps_limit": steps,
         "time_limit_s": limit,
-        "cache_dir": cache,
+        "cache_dir": None if own_cache else cache,
         "cache_given": parsed.text("cache_dir") is not None,
         "recordings": out_dir,
         "device_timed": any(r.get("device_timed") for r in rows),
