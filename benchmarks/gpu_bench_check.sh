@@ -4,14 +4,7 @@
 # compile of these takes 20-50 s on the H100: give each mode 150 s (the
 # benches together take longer than one 10-minute device call: run them apart).
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
-set -u
-OUT="${OUT:-./gpu-results}"
-mkdir -p "$OUT"
-if [ -n "${1:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
-    && export PYTHONPATH=/tmp/ctmon-site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 bench() {  # name timeout bench-args...
   local name=$1 limit=$2; shift 2
   start=$(date +%s)

@@ -4,14 +4,7 @@
 # PyTorch's phase timers (autotuning included) read live by ctmon beside the
 # same run's TORCH_TRACE. Results in $OUT.
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
-set -u
-OUT="${OUT:-./gpu-results}"
-mkdir -p "$OUT"
-if [ -n "${1:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
-    && export PYTHONPATH=/tmp/ctmon-site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 timeout 300 python3 benchmarks/hotness_vs_profiler.py --device cuda --steps 5000 --width 2048 --batch 1024 --glue 30 \
   > "$OUT/hotness.json" 2> "$OUT/hotness.err"
 echo "== hotness rc=$?"; cat "$OUT/hotness.json"; grep -v USDT "$OUT/hotness.err" | tail -3

@@ -9,14 +9,7 @@
 #     job; then the report of the recording the abort left;
 #  3. the hook's cost per rank (benchmarks/hook_overhead_ranks.py --in-process).
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
-set -u
-OUT="${OUT:-./gpu-results}"
-mkdir -p "$OUT"
-if [ -n "${1:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
-    && export PYTHONPATH=/tmp/ctmon-site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 # NVLink multicast stays off, in every process the launcher starts too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader

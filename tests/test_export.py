@@ -154,25 +154,13 @@ def test_a_real_recording_and_a_real_trace_export_and_draw(tmp_path):
     comp = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 2]
     assert len([e for e in comp if e["name"].startswith("recompile")]) == run.report()["compile"]["recompiles"] >= 1
     trace = str(tmp_path / "trace")
-    subprocess.run(
-        [sys.executable, workload("graph_breaks.py")],
-        env=env_with(TORCH_TRACE=trace),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _traced_run(trace)
     tdoc = _export("--perfetto", trace, "-o", str(tmp_path / "t.json"))
     check_format(tdoc)
     assert sum(1 for e in tdoc["traceEvents"] if e["name"].startswith("graph break")) >= 2
     _phases_lie_inside_their_compiles(tdoc, 0)
     # a second run into the same directory: two processes without a rank, drawn apart
-    subprocess.run(
-        [sys.executable, workload("graph_breaks.py")],
-        env=env_with(TORCH_TRACE=trace),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _traced_run(trace)
     tdoc = _export("--perfetto", trace, "-o", str(tmp_path / "t2.json"))
     check_format(tdoc)
     names = [e["args"]["name"] for e in tdoc["traceEvents"] if e["name"] == "process_name"]
@@ -185,6 +173,17 @@ def test_a_real_recording_and_a_real_trace_export_and_draw(tmp_path):
     svg = ElementTree.parse(tmp_path / "r.svg").getroot()  # well-formed
     titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t and t.startswith("recompile") for t in titles)
+
+
+def _traced_run(trace: str) -> None:
+    """The graph-breaks workload, plainly, with PyTorch's TORCH_TRACE into ``trace``."""
+    subprocess.run(
+        [sys.executable, workload("graph_breaks.py")],
+        env=env_with(TORCH_TRACE=trace),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 def _phases_lie_inside_their_compiles(doc: dict[str, Any], pid: int) -> None:
