@@ -2,7 +2,8 @@
 
 Everything that runs on the job's own threads (trace handler, step hooks) only
 appends to a deque -- O(1), no locks held across I/O, no syscalls. The sender
-thread wakes every FLUSH_INTERVAL_S (or at once for compile events), turns raw
+thread wakes every FLUSH_INTERVAL_S (or at once for compile events; on the
+hotness sampler's schedule when it runs, ctmon/agent/hotness.py), turns raw
 records into protocol events, encodes them and writes them to the supervisor's
 socket. If the supervisor is slow, the sender blocks, not the job; if it is
 gone, the agent goes quiet and the job runs on.
@@ -25,7 +26,12 @@ from typing import Any
 
 from ctmon.wire import protocol
 
-FLUSH_INTERVAL_S = 0.05
+# Each wake of this thread takes the GIL from the job's thread, and on a busy
+# host a wake costs the job far more than the flush's own work (a few µs of
+# step time per wake at a 1 ms step: benchmarks/hook_cost.py). Compile events
+# wake it at once; what waits for this pace (device times, library log lines,
+# the logger check) is fine a quarter of a second late.
+FLUSH_INTERVAL_S = 0.25
 EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall
 SEND_CHUNK = 1 << 16
 
@@ -54,6 +60,10 @@ class Channel:
         # returns True until the process knows it is a rank and has connected
         # (ctmon/agent/pending.py).
         self.hold: Callable[[], bool] | None = None
+        # Run on the sender thread at moments of its own choosing (never an
+        # urgent wake's), returning the seconds until its next run: the
+        # hotness sampler (ctmon/agent/hotness.py). Not run while on hold.
+        self.tick: Callable[[], float] | None = None
 
     # ---- called on the job's threads: must stay O(1) and never raise ----
 
@@ -116,11 +126,21 @@ class Channel:
     # ---- sender thread ----
 
     def _run(self) -> None:
+        next_tick = time.monotonic()
         while not self._stop:
-            self._wake.wait(FLUSH_INTERVAL_S)
+            tick = self.tick if self.hold is None else None
+            # With a tick, its schedule paces the flushes too: one thread
+            # waking ~10 times a second, not two threads.
+            wait = next_tick - time.monotonic() if tick is not None else FLUSH_INTERVAL_S
+            self._wake.wait(max(0.0, wait))
             self._wake.clear()
             if self._stop:
                 break
+            if tick is not None and time.monotonic() >= next_tick:
+                try:
+                    next_tick = time.monotonic() + tick()
+                except Exception:  # never let a sample stop the sender
+                    next_tick = time.monotonic() + FLUSH_INTERVAL_S
             try:
                 self._flush()
             except Exception:  # never let the sender die silently mid-run

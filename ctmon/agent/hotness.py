@@ -1,8 +1,8 @@
 """Where step time goes, per compiled region: low-rate sampling of the job's
 main thread.
 
-About 20 times a second (a jittered 50 ms, so it cannot lock onto a periodic
-loop) a thread of the agent's looks at the main thread's Python stack and
+About 10 times a second (a jittered 100 ms, so it cannot lock onto a periodic
+loop) the agent's sender thread looks at the main thread's Python stack and
 files the moment under one of:
 
 * ``graph``: inside a compiled graph -- under a frame whose code Dynamo
@@ -20,8 +20,12 @@ on): what the job does after its last step (saving, evaluation, a
 profiler's post-processing) is not step time. Counts are sent every few
 seconds (per compiled frame: its code's file, first line and name,
 which is how the store names frames). The cost is one stack walk of a few
-dozen frames per sample, under the GIL: tens of µs, twenty times a second.
-On CUDA this is host time: where the CPU thread is, not what the GPU runs.
+dozen frames per sample, under the GIL: tens of µs. What costs the job more
+is the wake itself (the GIL changes hands), so the sender thread takes the
+sample as its flush's tick (ctmon/agent/channel.py): one thread wakes ten
+times a second, and the rate is ten, not twenty (benchmarks/hook_cost.py;
+docs/PERFORMANCE.md). On CUDA this is host time: where the CPU thread is,
+not what the GPU runs.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 
 from ctmon.wire import protocol
 
-INTERVAL_S = 0.05
+INTERVAL_S = 0.1
 SEND_EVERY_S = 2.0
 MAX_DEPTH = 160
 MAX_FRAMES = 500  # compiled frames tracked (a recompile storm makes many resume functions)
@@ -62,29 +66,21 @@ class Hotness:
         self._pending: list[tuple[str, tuple[str, int, str] | None]] = []  # samples of the step under way
         self._at_step = 0
         self._last_sent = time.monotonic()
-        self._stop = False
-        self._thread: threading.Thread | None = None
+        self._rnd = random.Random()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="ctmon-hotness", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop = True
-
-    def _run(self) -> None:
-        rnd = random.Random()
-        while not self._stop:
-            time.sleep(INTERVAL_S * rnd.uniform(0.8, 1.2))
-            try:
-                n = self._steps()
-                if n != self._at_step:  # a step ended: what was sampled during it is step time
-                    self._at_step = n
-                    self._commit()
-                if n:
-                    self.sample()
-            except Exception:  # never let a sample disturb the job
-                pass
+    def tick(self) -> float:
+        """One sample; returns the seconds until the next (the sender
+        thread's schedule: ctmon/agent/channel.py)."""
+        try:
+            n = self._steps()
+            if n != self._at_step:  # a step ended: what was sampled during it is step time
+                self._at_step = n
+                self._commit()
+            if n:
+                self.sample()
+        except Exception:  # never let a sample disturb the job
+            pass
+        return INTERVAL_S * self._rnd.uniform(0.8, 1.2)
 
     def _kind(self, code: CodeType) -> int:
         k = self._kinds.get(code)
@@ -104,6 +100,15 @@ class Hotness:
 
     def sample(self) -> None:
         frames = sys._current_frames()
+        # Our own thread's entry is this very frame: kept in a local of it, the
+        # dict would make a cycle (frame -> its locals -> dict -> frame) that
+        # holds every sampled frame of the job -- and so the locals of calls
+        # that have since returned, tensors included -- until the cyclic GC
+        # runs, at a moment of its own. A tensor freed then, in the middle of
+        # a CUDA graph recording, fails it ("an input tensor deallocate during
+        # graph recording"). Without the cycle, the job's frames are ours
+        # only while we hold the GIL, when none of them can return.
+        frames.pop(threading.get_ident(), None)
         f: FrameType | None = frames.get(self._main) if self._main is not None else None
         if f is None:
             return

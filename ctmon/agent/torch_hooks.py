@@ -196,7 +196,7 @@ def install(agent: Agent, torch: Any) -> None:
     # 3b. where step time goes per compiled region (sampled; CTMON_HOTNESS=0: off)
     if os.environ.get("CTMON_HOTNESS", "1") != "0":
         sampler = Hotness(lambda: clock.count)
-        sampler.start()
+        ch.tick = sampler.tick
         agent._periodic_hooks.append(sampler.periodic)
 
     # 4. device-true step times, once the job has initialised CUDA itself
