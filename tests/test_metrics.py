@@ -4,16 +4,21 @@ with ``report --json`` of the same recording."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import urllib.error
 import urllib.request
 
+import pytest
 from helpers import ROOT, ctmon, env_with, one_line_containing
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -127,3 +132,122 @@ def test_a_bad_or_busy_port_is_one_line_and_nothing_is_lost(tmp_path):
     assert "ran" not in out.stdout  # the job was not started
     assert rec.read_text() == '{"kind":"session","t":1.0}\n'  # the recording there is kept
     assert os.path.exists(rec)
+
+
+def test_a_port_without_permission_is_one_line(tmp_path):
+    """Port 81 needs CAP_NET_BIND_SERVICE: as root, it is taken away for the
+    run (setpriv), as anyone else it is not there."""
+    script = tmp_path / "job.py"
+    script.write_text("print('ran')\n")
+    cmd = [sys.executable, "-m", "ctmon", "record", "--metrics-port", "81", str(script)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: cannot take the permission away")
+        cmd = ["setpriv", "--bounding-set", "-net_bind_service", *cmd]
+    out = subprocess.run(cmd, cwd=ROOT, env=env_with(), capture_output=True, text=True, timeout=60)
+    one_line_containing(out, "cannot serve metrics on 127.0.0.1:81: Permission denied")
+    assert "ran" not in out.stdout
+
+
+def test_attach_serves_metrics_from_its_detached_supervisor(tmp_path, monkeypatch):
+    """``ctmon attach --metrics-port``: the endpoint is the detached
+    supervisor's, so it serves while the job runs whether or not the TUI is
+    open; a busy port stops the start with the same line as record's."""
+    from ctmon.launch.daemon import DaemonError, start_detached
+    from ctmon.launch.spec import JobSpec
+
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    stepped, release, rec = tmp_path / "stepped", tmp_path / "release", str(tmp_path / "rec.jsonl")
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    port = _free_port()
+    spec = JobSpec(mode="script", target=str(script), args=[str(stepped), str(release)], cwd=ROOT)
+    d = start_detached(spec, rec, metrics=str(port))
+    try:
+        deadline = time.monotonic() + 120
+        while not stepped.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        metrics: dict = {}
+        while time.monotonic() < deadline:
+            metrics = _scrape(port)
+            if _one(metrics, "ctmon_steps_total") >= 30:
+                break
+            time.sleep(0.2)
+        assert _one(metrics, "ctmon_steps_total") == 30 and _one(metrics, "ctmon_job_running") == 1
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            taken = busy.getsockname()[1]
+            with pytest.raises(DaemonError, match=f"cannot serve metrics on 127.0.0.1:{taken}"):
+                start_detached(spec, str(tmp_path / "other.jsonl"), metrics=str(taken))
+    finally:
+        release.touch()
+        assert d.proc.wait(60) == 0
+    rep = json.loads(ctmon("report", rec, "--json").stdout)
+    assert rep["steps"]["count"] == 30 and rep["exit_code"] == 0
+    out = ctmon("attach", "--metrics-port", "abc", str(script))
+    one_line_containing(out, "attach: --metrics-port takes [HOST:]PORT")
+
+
+def test_scrapes_while_the_run_ends_never_hold_it_up(tmp_path):
+    """Scrapes hammer the endpoint while the job ends and the supervisor shuts
+    down, and a client holds a half-sent request open: each scrape gets a
+    whole, valid exposition or a refused connection; ctmon exits with the
+    job's code within seconds, prints no traceback, and keeps every step."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    stepped, release, rec = tmp_path / "stepped", tmp_path / "release", tmp_path / "rec.jsonl"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctmon", "record", "-q", "-o", str(rec), "--metrics-port", str(port), str(script)]
+        + [str(stepped), str(release)],
+        cwd=ROOT,
+        env=env_with(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                names = {f.name for f in text_string_to_metric_families(body)}
+                outcomes.append("ok" if "ctmon_steps" in names else "incomplete")
+            except urllib.error.HTTPError as e:
+                outcomes.append(f"http {e.code}")
+            except (OSError, http.client.HTTPException):
+                outcomes.append("refused")
+                time.sleep(0.05)
+
+    try:
+        deadline = time.monotonic() + 120
+        while not stepped.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        half = socket.create_connection(("127.0.0.1", port), timeout=5)
+        half.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+        threads = [threading.Thread(target=hammer) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        release.touch()
+        out, err = proc.communicate(timeout=60)
+        ended_s = time.monotonic() - t0
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        release.touch()
+        if proc.poll() is None:
+            proc.kill()
+    for t in threads:
+        t.join(10)
+    half.close()
+    assert proc.returncode == 0, err
+    assert ended_s < 15, ended_s
+    assert "Traceback" not in err, err
+    assert outcomes.count("ok") > 3 and outcomes[-1] == "refused", outcomes[-5:]
+    assert set(outcomes) <= {"ok", "refused"}, set(outcomes)
+    assert json.loads(ctmon("report", str(rec), "--json").stdout)["steps"]["count"] == 30

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
-from ctmon.cli.record import run_headless
+from ctmon.cli.record import check_metrics, metrics_url, run_headless
 from ctmon.launch.spec import JobSpec, check_not_target, check_writable
 
 if TYPE_CHECKING:
@@ -31,11 +31,19 @@ OPTIONS = [
         help="q → Stop sends SIGTERM, then SIGKILL this long after if the job still runs; "
         "0: never (default $CTMON_STOP_GRACE, else 30)",
     ),
+    OptionSpec(
+        ("--metrics-port",),
+        "metrics_port",
+        True,
+        help="serve Prometheus metrics at [HOST:]PORT while the job runs, also after the TUI is left "
+        "(loopback by default; or CTMON_METRICS_PORT)",
+        metavar="ADDR",
+    ),
 ]
 USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]"
 DESCRIPTION = (
     "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live.\n"
-    "Of ctmon record's options only -o applies here; --fail-on, --listen, --metrics-port and -q are\n"
+    "Of ctmon record's options -o and --metrics-port apply here; --fail-on, --listen and -q are\n"
     "record's: run 'ctmon record' for a headless run with them (and 'ctmon watch' to look at it live)."
 )
 
@@ -48,9 +56,10 @@ def main(argv: list[str]) -> int:
     assert parsed.spec is not None
     output = parsed.text("output")
     grace = stop_grace(parsed.text("stop_grace"))
+    metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None, "attach")
     if parsed.flag("no_tui") or not _interactive():
-        return run_headless(parsed.spec, output)
-    return run_tui(parsed.spec, output, grace)
+        return run_headless(parsed.spec, output, metrics=metrics)
+    return run_tui(parsed.spec, output, grace, metrics)
 
 
 def stop_grace(value: str | None) -> float:
@@ -80,7 +89,7 @@ def _interactive() -> bool:
         return False
 
 
-def run_tui(spec: JobSpec, output: str | None, grace: float | None = None) -> int:
+def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metrics: str | None = None) -> int:
     from ctmon.launch.daemon import DaemonError, start_detached
     from ctmon.wire.feeds import FeedError, SocketFeed
 
@@ -89,9 +98,11 @@ def run_tui(spec: JobSpec, output: str | None, grace: float | None = None) -> in
         check_not_target(output, spec)
     cols, rows = shutil.get_terminal_size((120, 40))
     try:
-        d = start_detached(spec, output, pty_size=(max(rows, 24), max(cols, 80)))
+        d = start_detached(spec, output, pty_size=(max(rows, 24), max(cols, 80)), metrics=metrics)
     except DaemonError as e:
         raise CliError(f"attach: {e}") from None
+    if metrics:  # said before the TUI takes the screen, and again after it (report_after)
+        sys.stderr.write(f"ctmon: Prometheus metrics at {metrics_url(metrics)} while the job runs\n")
     try:
         feed = SocketFeed(d.viewer_path)
     except FeedError as e:
@@ -111,10 +122,10 @@ def run_tui(spec: JobSpec, output: str | None, grace: float | None = None) -> in
     )
     result = run_app(app)
     feed.close()
-    return report_after(result, d.recording)
+    return report_after(result, d.recording, metrics)
 
 
-def report_after(result: AppResult | None, recording: str) -> int:
+def report_after(result: AppResult | None, recording: str, metrics: str | None = None) -> int:
     """What the terminal shows once the TUI has given it back."""
     from ctmon.report.build import build_report
     from ctmon.report.text import summary_lines
@@ -132,6 +143,8 @@ def report_after(result: AppResult | None, recording: str) -> int:
             f"ctmon: the job keeps running (pid {pid}); its recording: {recording}",
             f"ctmon: watch it again with: ctmon watch {pid}" if pid else "ctmon: watch it again with: ctmon watch",
         ]
+        if metrics:
+            lines.append(f"ctmon: its Prometheus metrics stay at {metrics_url(metrics)} while it runs")
         sys.stderr.write("\n".join(lines) + "\n")
         return 0
     try:

@@ -80,7 +80,7 @@ def metrics_url(spec: str) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
 
 
-def check_metrics(spec: str | None) -> str | None:
+def check_metrics(spec: str | None, command: str = "record") -> str | None:
     if spec is None:
         return None
     from ctmon.launch.metrics import MetricsError, parse_address
@@ -88,7 +88,7 @@ def check_metrics(spec: str | None) -> str | None:
     try:
         parse_address(spec)
     except MetricsError as e:
-        raise UsageError(f"record: {e}") from None
+        raise UsageError(f"{command}: {e}") from None
     return spec
 
 

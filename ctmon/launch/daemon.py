@@ -38,7 +38,9 @@ class Detached:
     proc: subprocess.Popen[bytes]
 
 
-def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, int] = (40, 120)) -> Detached:
+def start_detached(
+    spec: JobSpec, recording: str | None, pty_size: tuple[int, int] = (40, 120), metrics: str | None = None
+) -> Detached:
     sid = runtime.new_session_id(spec.target)
     rec = recording or runtime.default_recording(sid)
     outlog = runtime.output_log_path(rec)
@@ -51,6 +53,7 @@ def start_detached(spec: JobSpec, recording: str | None, pty_size: tuple[int, in
         "session_dir": sdir,
         "pty_size": list(pty_size),
         "new_files": recording is None,
+        "metrics": metrics,  # "[HOST:]PORT" of a Prometheus endpoint, bound before the job starts
     }
     cfg_path = os.path.join(sdir, "launch.json")
     with open(cfg_path, "w") as f:
@@ -92,6 +95,7 @@ def main() -> None:
         output_log=cfg["output_log"],
         pty_size=tuple(cfg.get("pty_size") or (40, 120)),
         new_files=bool(cfg.get("new_files")),
+        metrics=cfg.get("metrics"),
     )
     try:
         Supervisor(spec, opts).run()
