@@ -7,7 +7,7 @@
 #     all-reduce, with a 10 s collective timeout: what the store says, second by
 #     second (benchmarks/rank_states_follow.py), until NCCL's watchdog aborts the
 #     job; then the report of the recording the abort left;
-#  3. the hook's cost per rank (benchmarks/hook_overhead_ranks.py --in-process).
+#  3. the hook's cost per rank (benchmarks/hook_cost.py --ranks 2).
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
 . "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 # NVLink multicast stays off, in every process the launcher starts too.
@@ -38,7 +38,7 @@ cp /tmp/hang.jsonl "$OUT/hang.jsonl"; cp /tmp/hang.out "$OUT/hang.out"
 python3 -m ctmon report /tmp/hang.jsonl > "$OUT/hang_report.txt" 2>&1; echo "report rc=$?"
 head -40 "$OUT/hang_report.txt"
 
-timeout 150 python3 benchmarks/hook_overhead_ranks.py --in-process --device cuda --ranks 2 --pairs 100 --steps 100 \
-  --width 512 > "$OUT/ranks_cost.json" 2> "$OUT/ranks_cost.err"
-echo "== hook per rank rc=$?"; python3 -c "import json; [print(r) for r in json.load(open('$OUT/ranks_cost.json'))['per_rank']]"
+timeout 300 python3 benchmarks/hook_cost.py --device cuda --ranks 2 --loop host --arms off,steps,all --blocks 60 \
+  > "$OUT/ranks_cost.txt" 2> "$OUT/ranks_cost.err"
+echo "== hook per rank rc=$?"; grep "^|" "$OUT/ranks_cost.txt"
 tail -3 "$OUT/ranks_cost.err"

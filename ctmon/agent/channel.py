@@ -26,11 +26,12 @@ from typing import Any
 
 from ctmon.wire import protocol
 
-# Each wake of this thread takes the GIL from the job's thread, and on a busy
-# host a wake costs the job far more than the flush's own work (a few µs of
-# step time per wake at a 1 ms step: benchmarks/hook_cost.py). Compile events
-# wake it at once; what waits for this pace (device times, library log lines,
-# the logger check) is fine a quarter of a second late.
+# Each wake of this thread waits for the GIL while the job's thread hands it
+# back and forth around every torch op, and the job pays for the hand-over:
+# far more than the flush's few µs of work (benchmarks/hook_cost.py,
+# docs/PERFORMANCE.md). Compile events wake it at once; what waits for this
+# pace (device times, library log lines, the logger check) is fine a quarter
+# of a second late.
 FLUSH_INTERVAL_S = 0.25
 EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall
 SEND_CHUNK = 1 << 16

@@ -101,7 +101,7 @@ def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metri
         d = start_detached(spec, output, pty_size=(max(rows, 24), max(cols, 80)), metrics=metrics)
     except DaemonError as e:
         raise CliError(f"attach: {e}") from None
-    if metrics:  # said before the TUI takes the screen, and again after it (report_after)
+    if metrics:  # said before the TUI takes the screen (and after it, if the job runs on: report_after)
         sys.stderr.write(f"ctmon: Prometheus metrics at {metrics_url(metrics)} while the job runs\n")
     try:
         feed = SocketFeed(d.viewer_path)
