@@ -1,7 +1,8 @@
 """One process's part of benchmarks/hook_cost.py (run under ``ctmon record``).
 
 A compiled training loop, sized to about ``--step-ms`` a step, times many
-short rounds in three interleaved arms, in a fresh random order per block:
+short rounds in interleaved arms (``--arms``), in a fresh random order per
+block:
 
   off      nothing of ctmon runs in this process: the optimizer post-hook
            and the compiled call's enter hook are out, the device timer is
@@ -14,12 +15,15 @@ short rounds in three interleaved arms, in a fresh random order per block:
            what a job under ``ctmon record`` pays.
 
 A round is ``round-ms`` of steps, synchronised with the device at its ends
-only (as a real loop runs). Between rounds the arm is switched and the
-threads settle; that time is not measured. Prints one ``RESULT`` line of
-JSON with every round's ms per step, per arm, for the driver's statistics.
+only (as a real loop runs). Between rounds the arm is switched and a few
+untimed steps run, for a random part of the sender's cycle (switching wakes
+it), so a timed round holds its arm's share of wakes. Prints one ``RESULT``
+line of JSON with every round's ms per step (wall and this thread's CPU),
+per arm, and the sender thread's CPU, for the driver's statistics.
 
-Loops: ``host`` is a deep narrow MLP on tiny tensors (on CUDA the GPU waits
-for the host's launches: the hook's host time lands on the step time);
+Loops: ``host`` is a narrow MLP on tiny tensors, its depth sized to the
+step time (on CUDA the GPU waits for the host's launches: the hook's host
+time lands on the step time);
 ``gpu`` is a few wide bf16 layers on a large batch (the host runs ahead of
 the GPU: host time is hidden unless it exceeds the slack).
 """
