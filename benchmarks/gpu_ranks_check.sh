@@ -4,13 +4,7 @@
 # prints each rank's figures from `ctmon report --json` beside an independent
 # count over that rank's own trace file, and keeps both in $OUT.
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
-set -u
-OUT="${OUT:-./gpu-results}"
-mkdir -p "$OUT"
-if [ -n "${1:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
-    && export PYTHONPATH=/tmp/ctmon-site
-fi
+. "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 rm -rf /tmp/tt-ranks /tmp/rec-ranks.jsonl
 start=$(date +%s)
 TORCH_TRACE=/tmp/tt-ranks timeout 400 python3 -m ctmon record -o /tmp/rec-ranks.jsonl \

@@ -3,14 +3,7 @@
 # two torchrun ranks sharing the GPU, then on the CPU), and the ranks no launcher
 # names (mp.spawn) and a rank's uncaught exception on this machine's Python.
 # $1: a folder of wheels to install first (the GPU machine has no msgspec).
-set -u
-OUT="${OUT:-./gpu-results}"
-mkdir -p "$OUT"
-if [ -n "${1:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ctmon-site "$1"/*.whl \
-    && export PYTHONPATH=/tmp/ctmon-site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 MASTER_PORT=29561 MASTER_ADDR=127.0.0.1 timeout 120 python3 -m ctmon record -q -o /tmp/sp.jsonl tests/workloads/spawn_ranks.py --launch spawn > /tmp/sp.out 2>&1
 echo "spawn rc=$?"
 python3 -m ctmon report /tmp/sp.jsonl --json | python3 -c "
