@@ -16,6 +16,7 @@ rounds at the same time (no collective in a round): the cost per rank.
 
 Usage:
   python benchmarks/hook_cost.py [--loop host|gpu|both] [--device cpu|cuda]
+      [--task train|infer] [--mode MODE] [--size N]
       [--step-ms 1] [--round-ms 150] [--blocks 200] [--ranks N]
 """
 
@@ -70,7 +71,8 @@ def paired(res: dict[str, object], key: str) -> dict[str, object]:
     rounds: dict[str, list[float]] = res[key]  # type: ignore[assignment]
     off = rounds["off"]
     out: dict[str, object] = {
-        k: res[k] for k in ("rank", "loop", "device", "size", "steps_per_round", "issue_share", "pinned_core")
+        k: res.get(k)
+        for k in ("rank", "loop", "task", "mode", "device", "size", "steps_per_round", "issue_share", "pinned_core")
     }
     out["blocks"] = len(off)
     out["step_ms_off"] = round(statistics.median(off), 4)
@@ -98,7 +100,9 @@ def _free_port() -> int:
 
 def run(args: argparse.Namespace, loop: str, tmp: str) -> list[dict[str, object]]:
     job = [JOB, "--loop", loop, "--device", args.device, "--step-ms", str(args.step_ms)]
-    job += ["--round-ms", str(args.round_ms), "--blocks", str(args.blocks), "--arms", args.arms]
+    job += ["--round-ms", str(args.round_ms), "--blocks", str(args.blocks), "--arms", args.arms, "--task", args.task]
+    job += ["--mode", args.mode] if args.mode else []
+    job += ["--size", str(args.size)] if args.size else []
     if args.ranks:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks)]
         launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
@@ -125,6 +129,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loop", choices=["host", "gpu", "both"], default="host")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--task", choices=["train", "infer"], default="train", help="see hook_cost_job.py")
+    ap.add_argument("--mode", help="torch.compile's mode for the loop (default: its default)")
+    ap.add_argument("--size", type=int, help="the loop's depth (host) or batch (gpu), instead of sizing it")
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--round-ms", type=float, default=150.0)
     ap.add_argument("--blocks", type=int, default=200)
@@ -147,7 +154,7 @@ def main() -> None:
         for arm in [a for a in r if a in ("off2", "hooks", "steps", "all")]:
             a = r[arm]
             print(
-                f"| {r['loop']} | rank {r['rank']} | {arm} | {r['step_ms_off']} ms | "
+                f"| {r['loop']} {r['task']} {r['mode'] or ''} | rank {r['rank']} | {arm} | {r['step_ms_off']} ms | "
                 f"{a['cost_pct_median']:+.2f} % [{a['cost_pct_median_ci95'][0]:+.2f}, {a['cost_pct_median_ci95'][1]:+.2f}] | "
                 f"{a['cost_pct_mean']:+.2f} % [{a['cost_pct_mean_ci95'][0]:+.2f}, {a['cost_pct_mean_ci95'][1]:+.2f}] | "
                 f"{a['cost_us_median']} µs |"

@@ -26,6 +26,11 @@ step time (on CUDA the GPU waits for the host's launches: the hook's host
 time lands on the step time);
 ``gpu`` is a few wide bf16 layers on a large batch (the host runs ahead of
 the GPU: host time is hidden unless it exceeds the slack).
+Tasks: ``train`` (forward, backward, AdamW: the optimizer is the step clock)
+or ``infer`` (the compiled forward alone under ``no_grad``: each top-level
+compiled call is a step, the path a serving loop takes). ``--mode`` is the
+``torch.compile`` mode (``reduce-overhead`` takes the launch cost off the
+host, which a GPU-bound training step on a slow host needs).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from ctmon.agent import channel as channel_mod
 from ctmon.agent.torch_hooks import dynamo_enter_hooks
 
 
-def build(kind: str, device: str, size: int) -> tuple[Any, Any]:
+def build(kind: str, device: str, size: int, task: str = "train", mode: str | None = None) -> tuple[Any, Any]:
     """A compiled step and its compiled model: ``size`` is the depth (host
     loop) or the batch (gpu loop)."""
     torch.manual_seed(0)
@@ -57,18 +62,22 @@ def build(kind: str, device: str, size: int) -> tuple[Any, Any]:
     model = torch.nn.Sequential(*layers).to(device)
     fused = {"fused": True} if device == "cuda" and kind == "gpu" else {}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **fused)
-    cmodel = torch.compile(model, backend="inductor" if device == "cuda" else "aot_eager")
+    cmodel = torch.compile(model, backend="inductor" if device == "cuda" else "aot_eager", mode=mode)
     x = torch.randn(batch, width, device=device)
     bf16 = device == "cuda" and kind == "gpu"
 
-    def step() -> None:
+    def train() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             loss = cmodel(x).float().pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step, cmodel
+    def infer() -> None:
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            cmodel(x)
+
+    return (train if task == "train" else infer), cmodel
 
 
 def timed(step: Any, n: int, device: str) -> float:
@@ -103,16 +112,20 @@ def thread_cpu_s(thread: Any) -> float:
         return 0.0
 
 
-def sized(kind: str, device: str, step_ms: float) -> tuple[Any, Any, int, float]:
+def sized(
+    kind: str, device: str, step_ms: float, task: str, mode: str | None, size: int | None
+) -> tuple[Any, Any, int, float]:
     """Build the loop, then once more scaled toward step_ms if it is far off
-    (the depth for the host loop, the batch for the gpu loop)."""
-    size = 16 if kind == "host" else 8192
+    (the depth for the host loop, the batch for the gpu loop), unless
+    ``size`` fixes it."""
+    fixed = size is not None
+    size = size or (16 if kind == "host" else 8192)
     for _ in range(3):
-        step, cmodel = build(kind, device, size)
+        step, cmodel = build(kind, device, size, task, mode)
         for _ in range(10):
             step()
         t = timed(step, 50, device)
-        if 0.75 * step_ms <= t <= 1.33 * step_ms:
+        if fixed or 0.75 * step_ms <= t <= 1.33 * step_ms:
             break
         size = max(1, round(size * step_ms / t)) if kind == "host" else max(64, round(size * step_ms / t / 64) * 64)
     return step, cmodel, size, t
@@ -215,6 +228,9 @@ class Plain:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--loop", choices=["host", "gpu"], default="host")
+    ap.add_argument("--task", choices=["train", "infer"], default="train")
+    ap.add_argument("--mode", default=None, help="torch.compile's mode (default: its default)")
+    ap.add_argument("--size", type=int, default=None, help="the depth (host) or batch (gpu), not sized")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--round-ms", type=float, default=150.0)
@@ -227,7 +243,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.device == "cuda" and "LOCAL_RANK" in os.environ:  # a GPU per rank where there are enough
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-    step, cmodel, size, t = sized(args.loop, args.device, args.step_ms)
+    step, cmodel, size, t = sized(args.loop, args.device, args.step_ms, args.task, args.mode, args.size)
     n = max(10, round(args.round_ms / t))
     pinned = pin_main_thread() if args.pin else None
     switch = Plain() if args.plain else Switch(cmodel)
@@ -264,6 +280,8 @@ def main() -> None:
     out = {
         "rank": rank,
         "loop": args.loop,
+        "task": args.task,
+        "mode": args.mode,
         "device": args.device,
         "size": size,
         "steps_per_round": n,

@@ -14,7 +14,7 @@ The driver runs that job under ``ctmon record`` and prints, per frame,
 ctmon's share (its graphs and its eager glue) beside the profiler's, and
 ctmon's ``compiled_share`` beside the profiler's compiled total.
 
-    python benchmarks/hotness_vs_profiler.py [--device cuda] [--steps 600]
+    python benchmarks/hotness_vs_profiler.py [--device cuda] [--steps 600] [--hz 20]
 """
 
 from __future__ import annotations
@@ -26,6 +26,47 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+LATE_MS = (0.05, 0.5)  # a sample's lateness buckets: prompt, late, very late
+LATENESS_ON: list[bool] = []  # non-empty while the profiled steps run
+
+
+def watch_lateness() -> dict[str, list[int]] | None:
+    """Under ctmon: per sample, how long after its scheduled wake the sender
+    thread got the GIL to take it, by where the sample was filed. A late
+    sample shows where the job's thread next let the GIL go, not where it was
+    when the sample was due (the sampler's known bias)."""
+    try:
+        import ctmon._api
+
+        ch = ctmon._api._step_impl.__self__.ch  # type: ignore[union-attr]
+        tick = ch.tick
+        sampler = tick.__self__
+    except Exception:
+        return None
+    table: dict[str, list[int]] = {}
+    due = [time.monotonic()]
+    on = LATENESS_ON
+    sample = sampler.sample
+
+    def timed_sample() -> None:
+        late_ms = (time.monotonic() - due[0]) * 1000
+        sample()
+        if not on:
+            return
+        where, key = sampler._pending[-1] if sampler._pending else ("none", None)
+        row = table.setdefault(f"{where} {key[2] if key else '-'}", [0, 0, 0])
+        row[sum(late_ms >= b for b in LATE_MS)] += 1
+
+    def timed_tick() -> float:
+        d = float(tick())
+        due[0] = time.monotonic() + d
+        return d
+
+    sampler.sample = timed_sample
+    ch.tick = timed_tick
+    return table
 
 
 def job(args: argparse.Namespace) -> None:
@@ -64,13 +105,22 @@ def job(args: argparse.Namespace) -> None:
         step()
     if dev == "cuda":
         torch.cuda.synchronize()
+    lateness = watch_lateness()
+    try:  # the rate for this comparison: a method's bias shows only above its noise
+        from ctmon.agent import hotness
+
+        hotness.INTERVAL_S = 1.0 / args.hz
+    except ImportError:
+        pass
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
+        LATENESS_ON.append(True)
         for _ in range(args.steps):
             step()
         if dev == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        LATENESS_ON.clear()
     regions = []
     backward = 0.0
     for e in prof.events():
@@ -89,6 +139,7 @@ def job(args: argparse.Namespace) -> None:
                 "wall_s": wall,
                 "frames": {k: v / wall for k, v in per_frame.items()},
                 "backward_share": backward / wall,
+                "lateness": lateness,
             },
             f,
         )
@@ -99,7 +150,7 @@ def driver(args: argparse.Namespace) -> None:
         rec, prof = os.path.join(tmp, "rec.jsonl"), os.path.join(tmp, "prof.json")
         cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, "--", sys.executable, __file__, "--job"]
         cmd += ["--out", prof, "--device", args.device, "--steps", str(args.steps), "--glue", str(args.glue)]
-        cmd += ["--width", str(args.width), "--batch", str(args.batch)]
+        cmd += ["--width", str(args.width), "--batch", str(args.batch), "--hz", str(args.hz)]
         subprocess.run(cmd, check=True, timeout=900)
         rep = json.loads(
             subprocess.run(
@@ -118,6 +169,7 @@ def driver(args: argparse.Namespace) -> None:
     out = {
         "device": args.device,
         "steps_profiled": args.steps,
+        "samples_per_s": args.hz,
         "samples": (rep["steps"]["runtime"] or {}).get("samples"),
         "frames": rows,
         "ctmon_compiled_share": rep["steps"]["compiled_share"],
@@ -125,6 +177,7 @@ def driver(args: argparse.Namespace) -> None:
         "profiler_regions_share": round(forward, 4),
         "profiler_backward_share": round(theirs["backward_share"], 4),
         "findings": [f["title"] for f in rep["findings"] if f["rule"] == "eager-glue"],
+        "samples_by_lateness_ms": {"buckets": ["<0.05", "0.05-0.5", ">=0.5"], **(theirs.get("lateness") or {})},
     }
     print(json.dumps(out, indent=1))
 
@@ -138,6 +191,7 @@ def main() -> None:
     ap.add_argument("--glue", type=int, default=60)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--hz", type=float, default=20.0, help="samples a second (ctmon's default is 4)")
     args = ap.parse_args()
     (job if args.job else driver)(args)
 

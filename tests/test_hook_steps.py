@@ -162,3 +162,52 @@ def test_a_compiled_call_that_raises_leaves_the_optimizer_hook_in_place(tmp_path
     steps = run.report()["steps"]
     assert steps["source"] == "optimizer"
     assert steps["count"] == 5
+
+
+def test_only_calls_that_may_step_an_optimizer_hand_its_hook_off(tmp_path):
+    """A compiled function may trace ``opt.step``: for its call ctmon's
+    optimizer hook is out of torch's dict (Dynamo sees the plain program's).
+    A compiled module's forward steps no optimizer, so its calls leave the
+    dict alone, and its hook retires once the optimizer is the clock (the
+    cheaper step path); steps are counted the same."""
+    script = tmp_path / "hand_off.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.optim.optimizer import _global_optimizer_post_hooks as hooks\n"
+        "seen = {}\n"
+        "@torch._dynamo.disable\n"
+        "def probe(name):\n"
+        "    seen[name] = len(hooks)\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        probe('module')\n"
+        "        return self.lin(x)\n"
+        "@torch.compile(backend='eager')\n"
+        "def function(x):\n"
+        "    probe('function')\n"
+        "    return x * 2\n"
+        "net = Net()\n"
+        "model = torch.compile(net, backend='eager')\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for _ in range(6):\n"
+        "    model(function(torch.randn(2, 4))).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+        "print('SEEN', seen['module'], seen['function'], len(hooks))\n"
+        "from ctmon.agent.torch_hooks import dynamo_enter_hooks\n"
+        "def ours(c):\n"
+        "    return sum('call_hook' in h.__qualname__ for h in dynamo_enter_hooks(c))\n"
+        "print('HOOKS', ours(model), ours(function))\n"
+    )
+    run = record(tmp_path, [str(script)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    assert "SEEN 1 0 1" in run.proc.stdout, run.proc.stdout
+    # once the optimizer is the clock, the module's enter hook has taken
+    # itself out; the function's stays (it may yet trace an optimizer step)
+    assert "HOOKS 0 1" in run.proc.stdout, run.proc.stdout
+    steps = run.report()["steps"]
+    assert steps["source"] == "optimizer"
+    assert steps["count"] == 6

@@ -18,14 +18,14 @@ def _run(tmp_path, *args: str):  # type: ignore[no-untyped-def]
 
 
 def test_eager_glue_between_graphs_is_measured_and_named(tmp_path):
-    rep, truth = _run(tmp_path, "--glue", "300", "--steps", "1000")
+    rep, truth = _run(tmp_path, "--glue", "300", "--steps", "2500")
     rt = rep["steps"]["runtime"]
     assert rt["clock"] == "host" and rt["samples"] >= 40
     assert abs(rt["graph_share"] + rt["glue_share"] + rt["other_share"] - 1) < 0.01
     assert rep["steps"]["compiled_share"] == rt["graph_share"] > 0
     fwd = next(f for f in rep["frames"] if f["name"] == "Net.forward")
     assert fwd["runtime"]["glue_share"] > 0.2
-    # the sampled share beside the one the loop timed itself (about 100 samples at 10 Hz: a few points of noise)
+    # the sampled share beside the one the loop timed itself (about 100 samples at 4 Hz: a few points of noise)
     assert abs(fwd["runtime"]["glue_share"] - truth) < 0.15, (fwd["runtime"], truth)
     (f,) = [f for f in rep["findings"] if f["rule"] == "eager-glue"]
     assert f["severity"] == "warning" and f["title"].startswith("Eager code between graph breaks in Net.forward")
@@ -33,7 +33,7 @@ def test_eager_glue_between_graphs_is_measured_and_named(tmp_path):
 
 
 def test_a_break_with_no_eager_work_costs_nothing_said(tmp_path):
-    rep, truth = _run(tmp_path, "--glue", "0", "--steps", "2500")
+    rep, truth = _run(tmp_path, "--glue", "0", "--steps", "8000")
     fwd = next(f for f in rep["frames"] if f["name"] == "Net.forward")
     assert truth < 0.05 and fwd["runtime"] is not None and fwd["runtime"]["glue_share"] < 0.1
     assert not [f for f in rep["findings"] if f["rule"] == "eager-glue"]
@@ -44,8 +44,9 @@ def test_sampling_keeps_no_finished_call_alive(tmp_path):
     included) alive: with the cyclic GC off, every local dies with its call.
     (A cycle through the sampler's own frame once kept them until a GC pass,
     which broke CUDA graph recordings under mode="reduce-overhead".)"""
-    run = record(tmp_path / "rec", [workload("frames_freed.py"), "5"])
+    run = record(tmp_path / "rec", [workload("frames_freed.py"), "8"])
     assert run.returncode == 0, run.proc.stderr
     calls, kept = map(int, re.search(r"CALLS (\d+) KEPT (\d+)", run.proc.stdout).groups())  # type: ignore[union-attr]
     assert calls > 100 and kept == 0, (calls, kept)
-    assert run.report()["steps"]["runtime"]["samples"] >= 15  # the sampler did sample those calls (10 Hz)
+    assert run.report()["steps"]["runtime"]["samples"] >= 15  # the sampler did sample those calls (4 Hz)
+

@@ -131,7 +131,7 @@ class Channel:
         while not self._stop:
             tick = self.tick if self.hold is None else None
             # With a tick, its schedule paces the flushes too: one thread
-            # waking ~10 times a second, not two threads.
+            # waking at the sampler's pace, not two threads.
             wait = next_tick - time.monotonic() if tick is not None else FLUSH_INTERVAL_S
             self._wake.wait(max(0.0, wait))
             self._wake.clear()

@@ -1,7 +1,7 @@
 """Where step time goes, per compiled region: low-rate sampling of the job's
 main thread.
 
-About 10 times a second (a jittered 100 ms, so it cannot lock onto a periodic
+Four times a second (a jittered 250 ms, so it cannot lock onto a periodic
 loop) the agent's sender thread looks at the main thread's Python stack and
 files the moment under one of:
 
@@ -21,11 +21,14 @@ profiler's post-processing) is not step time. Counts are sent every few
 seconds (per compiled frame: its code's file, first line and name,
 which is how the store names frames). The cost is one stack walk of a few
 dozen frames per sample, under the GIL: tens of µs. What costs the job more
-is the wake itself (the GIL changes hands), so the sender thread takes the
-sample as its flush's tick (ctmon/agent/channel.py): one thread wakes ten
-times a second, and the rate is ten, not twenty (benchmarks/hook_cost.py;
-docs/PERFORMANCE.md). On CUDA this is host time: where the CPU thread is,
-not what the GPU runs.
+is the wake itself (the GIL changes hands) and the walk (the job's frames
+made into objects that it frees as its calls return): on a host-bound step
+each sample cost the job a few hundred µs (benchmarks/hook_cost.py;
+docs/PERFORMANCE.md). So the sender thread takes the sample as its flush's
+tick (ctmon/agent/channel.py), at the flush's own pace: with hotness on, one
+thread wakes as often as without. Four samples a second make ~1,000 over a
+few minutes: a region's share to about ±1.5 points. On CUDA this is host
+time: where the CPU thread is, not what the GPU runs.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any
 
 from ctmon.wire import protocol
 
-INTERVAL_S = 0.1
+INTERVAL_S = 0.25  # = channel.FLUSH_INTERVAL_S: sampling adds no wakes
 SEND_EVERY_S = 2.0
 MAX_DEPTH = 160
 MAX_FRAMES = 500  # compiled frames tracked (a recompile storm makes many resume functions)

@@ -233,7 +233,9 @@ class StepClock:
         self._hooks, self._hook_id = hooks, hook_id
         self._hook_fn = hooks.get(hook_id) if hooks is not None else None
 
-    def call_hook(self, key: int, rank: int = RANK_COMPILED) -> Callable[[], Callable[[], None]]:
+    def call_hook(
+        self, key: int, rank: int = RANK_COMPILED, hands_off: bool = True, owner: list[Any] | None = None
+    ) -> Callable[[], Callable[[], None]]:
         """An enter hook for one compiled callable: counts its top-level calls.
 
         PyTorch's own wrapper around a compiled callable runs a context's
@@ -244,28 +246,43 @@ class StepClock:
         ``optimizer.step`` (then ``key`` is the optimizer's id), else
         RANK_COMPILED: the first callable called at top level is the clock.
 
-        For the call's duration the global optimizer hook is out of torch's
-        dict: an optimizer step inside the call is part of the call (one
-        boundary), and Dynamo tracing ``opt.step`` sees no hook of ours, so it
-        compiles what the plain program compiles (a folded hook would still
-        leave a guarded empty graph where the plain run has none).
+        With ``hands_off``, for the call's duration the global optimizer hook
+        is out of torch's dict: an optimizer step inside the call is part of
+        the call (one boundary), and Dynamo tracing ``opt.step`` sees no hook
+        of ours, so it compiles what the plain program compiles (a folded hook
+        would still leave a guarded empty graph where the plain run has none).
+        A compiled module's forward steps no optimizer, so its calls skip the
+        hand-off (two dict operations on data the step has long evicted from
+        the caches: most of the hook's cost, benchmarks/hook_cost.py), and
+        once a higher-ranked source is the clock the hook has nothing left to
+        do: after that call it takes itself out of ``owner`` (the enter-hook
+        list it was added to; source ranks never go down).
         """
         clock = self
         mark = self.mark
 
+        def retire() -> None:
+            try:
+                if owner is not None and enter in owner:
+                    owner.remove(enter)
+            except Exception:
+                pass
+
         def leave() -> None:
             clock.depth = 0
             hooks = clock._hooks
-            if hooks is not None and clock._hook_fn is not None:
+            if hands_off and hooks is not None and clock._hook_fn is not None:
                 hooks[clock._hook_id] = clock._hook_fn
 
         def enter() -> Callable[[], None]:
             if clock.depth:
                 return _nothing  # nested in another compiled call
+            if not hands_off and clock.rank > rank:
+                return retire  # the clock is elsewhere and this call steps no optimizer
             try:
                 clock.depth = 1
                 hooks = clock._hooks
-                if hooks is not None:
+                if hands_off and hooks is not None:
                     hooks.pop(clock._hook_id, None)
                 if clock.rank > rank:
                     return leave

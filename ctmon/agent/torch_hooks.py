@@ -262,7 +262,10 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
             if getattr(model, "__name__", "") == "step" and isinstance(owner, torch.optim.Optimizer):
                 hooks.append(clock.call_hook(id(owner), RANK_OPTIMIZER))
             else:
-                hooks.append(clock.call_hook(id(result)))
+                # A module's forward steps no optimizer: its calls need not hand
+                # the optimizer hook off (steps.StepClock.call_hook).
+                module = isinstance(model, torch.nn.Module)
+                hooks.append(clock.call_hook(id(result), hands_off=not module, owner=hooks if module else None))
         except Exception:
             pass
         return result
