@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 
-
 LATE_MS = (0.05, 0.5)  # a sample's lateness buckets: prompt, late, very late
 LATENESS_ON: list[bool] = []  # non-empty while the profiled steps run
 

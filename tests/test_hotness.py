@@ -49,4 +49,3 @@ def test_sampling_keeps_no_finished_call_alive(tmp_path):
     calls, kept = map(int, re.search(r"CALLS (\d+) KEPT (\d+)", run.proc.stdout).groups())  # type: ignore[union-attr]
     assert calls > 100 and kept == 0, (calls, kept)
     assert run.report()["steps"]["runtime"]["samples"] >= 15  # the sampler did sample those calls (4 Hz)
-
