@@ -154,9 +154,11 @@ class Switch:
         self.sampler = self.channel.tick  # the hotness sampler, run by the sender thread
         hooks = dynamo_enter_hooks(cmodel)
         ours = [h for h in hooks or [] if "call_hook" in getattr(h, "__qualname__", "")]
-        if not ours or self.clock._hook_fn is None:
+        if self.clock._hook_fn is None or self.clock.rank < 0:
             raise SystemExit("hook_cost_job: ctmon's hooks are not in this process (run it under ctmon record)")
-        self.enter_hooks, self.enter = hooks, ours[0]
+        # Where the optimizer is the clock the compiled module's enter hook
+        # has retired (steps.StepClock.call_hook): nothing of it to switch.
+        self.enter_hooks, self.enter = hooks or [], ours[0] if ours else None
         self.timer = self.clock.timer
         self.flush_s = channel_mod.FLUSH_INTERVAL_S  # the sender's own pace
 
@@ -170,7 +172,7 @@ class Switch:
         clock, on = self.clock, arm != "off"
         if on:
             clock._hooks[clock._hook_id] = clock._hook_fn
-            if self.enter not in self.enter_hooks:
+            if self.enter is not None and self.enter not in self.enter_hooks:
                 self.enter_hooks.append(self.enter)
             if self.timer is not None:
                 self.timer.reset(self.timer._src)  # no device time spans an off round
@@ -178,7 +180,7 @@ class Switch:
             channel_mod.FLUSH_INTERVAL_S = 1e6 if arm == "hooks" else self.flush_s
         else:
             clock._hooks.pop(clock._hook_id, None)
-            if self.enter in self.enter_hooks:
+            if self.enter is not None and self.enter in self.enter_hooks:
                 self.enter_hooks.remove(self.enter)
             self.timer = clock.timer or self.timer
             clock.timer = None

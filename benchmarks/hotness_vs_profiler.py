@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 LATE_MS = (0.05, 0.5)  # a sample's lateness buckets: prompt, late, very late
@@ -45,6 +46,8 @@ def watch_lateness() -> dict[str, list[int]] | None:
     except Exception:
         return None
     table: dict[str, list[int]] = {}
+    innermost: dict[str, int] = {}
+    table["innermost"] = innermost  # type: ignore[assignment]
     due = [time.monotonic()]
     on = LATENESS_ON
     sample = sampler.sample
@@ -57,6 +60,15 @@ def watch_lateness() -> dict[str, list[int]] | None:
         where, key = sampler._pending[-1] if sampler._pending else ("none", None)
         row = table.setdefault(f"{where} {key[2] if key else '-'}", [0, 0, 0])
         row[sum(late_ms >= b for b in LATE_MS)] += 1
+        # Where the job's thread stood (this thread still holds the GIL, so
+        # it has not moved since the sample): its innermost frame, per class.
+        frames = sys._current_frames()
+        frames.pop(threading.get_ident(), None)
+        f = frames.get(threading.main_thread().ident)
+        del frames
+        if f is not None:
+            at = f"{where} @ {os.path.basename(f.f_code.co_filename)}:{f.f_code.co_name}"
+            innermost[at] = innermost.get(at, 0) + 1
 
     def timed_tick() -> float:
         d = float(tick())
