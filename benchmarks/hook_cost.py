@@ -151,7 +151,7 @@ def main() -> None:
         print(f"{loop}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print(json.dumps({"date": time.strftime("%Y-%m-%d"), "ranks": args.ranks, "results": results}, indent=2))
     for r in results:
-        for arm in [a for a in r if a in ("off2", "hooks", "steps", "all")]:
+        for arm in [a for a in r if a in ("off2", "hooks", "steps", "wake", "walk", "all")]:
             a = r[arm]
             print(
                 f"| {r['loop']} {r['task']} {r['mode'] or ''} | rank {r['rank']} | {arm} | {r['step_ms_off']} ms | "

@@ -10,9 +10,13 @@ block:
   hooks    both hooks in and CUDA-event device timing, the sender asleep;
   steps    ``hooks`` with the sender thread waking at its own pace
            (4 Hz: as with CTMON_HOTNESS=0);
-  all      ``steps`` plus the hotness sampler (10 Hz stack samples, taken
-           by the sender thread, which then wakes on the sampler's schedule):
-           what a job under ``ctmon record`` pays.
+  all      ``steps`` plus the hotness sampler (stack samples taken by the
+           sender thread on its wakes): what a job under ``ctmon record``
+           pays;
+  wake     ``steps`` with the sender waking at the sampler's pace, doing
+           nothing more (what the wakes alone cost);
+  walk     ``wake`` plus a walk of the main thread's frames per wake, not
+           filed (what a sample costs beyond its wake).
 
 A round is ``round-ms`` of steps, synchronised with the device at its ends
 only (as a real loop runs). Between rounds the arm is switched and a few
@@ -41,6 +45,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
@@ -166,7 +171,7 @@ class Switch:
         """Seconds between the sender's wakes in this arm (0: it sleeps)."""
         from ctmon.agent import hotness
 
-        return {"steps": self.flush_s, "all": hotness.INTERVAL_S}.get(arm, 0.0)
+        return {"steps": self.flush_s, "off": 0.0, "hooks": 0.0}.get(arm, hotness.INTERVAL_S)
 
     def set(self, arm: str) -> None:
         clock, on = self.clock, arm != "off"
@@ -185,8 +190,26 @@ class Switch:
             self.timer = clock.timer or self.timer
             clock.timer = None
             channel_mod.FLUSH_INTERVAL_S = 1e6
-        self.channel.tick = self.sampler if arm == "all" else None
+        self.channel.tick = {"all": self.sampler, "wake": _wake, "walk": _walk}.get(arm)
+        if arm in ("wake", "walk"):
+            channel_mod.FLUSH_INTERVAL_S = self.flush_s
         self.channel._wake.set()  # the sender takes up its new pace (or parks) now
+
+
+def _wake() -> float:
+    from ctmon.agent import hotness
+
+    return hotness.INTERVAL_S
+
+
+def _walk() -> float:
+    frames = sys._current_frames()
+    frames.pop(threading.get_ident(), None)  # no cycle through this frame
+    f = frames.get(threading.main_thread().ident)
+    del frames
+    while f is not None:
+        f = f.f_back
+    return _wake()
 
 
 def pin_main_thread() -> int | None:
@@ -197,7 +220,6 @@ def pin_main_thread() -> int | None:
     if len(cores) < 4:
         return None
     mine, rest = cores[-1], set(cores[:-1])
-    import threading
 
     for t in threading.enumerate():
         if t is not threading.main_thread() and t.native_id is not None:
