@@ -203,9 +203,10 @@ class StepClock:
     def optimizer_hook(self) -> Callable[[Any, Any, Any], None]:
         """The global optimizer step post-hook.
 
-        While a compiled call runs, the hook is out of PyTorch's hook dict
-        (``call_hook``), so Dynamo, tracing a compiled ``opt.step``, sees the
-        dict the plain program has. Should it trace the hook anyway (code
+        While a compiled call that may step an optimizer runs (a compiled
+        function or ``opt.step``, not a module's forward), the hook is out of
+        PyTorch's hook dict (``call_hook``), so Dynamo, tracing a compiled
+        ``opt.step``, sees the dict the plain program has. Should it trace the hook anyway (code
         compiled outside ``torch.compile``), ``is_dynamo_compiling()`` comes first
         and is a closure cell, not an attribute of ours: Dynamo folds it to
         True and the hook vanishes -- no graph break, no guard on our state.
