@@ -173,7 +173,7 @@ class TraceWatch:
     children (handlers cleared, ``propagate`` on); code can clear
     ``handlers`` by hand. Any of these stops every compile event.
 
-    Called on the sender thread at each flush (every 100-250 ms): four attribute
+    Called on the sender thread at each flush (every ~250 ms): four attribute
     reads when all is well. When something is off it puts the logger back as
     PyTorch itself sets it up (DEBUG, not propagating, ctmon's handler first)
     and returns a note. Restoring does not change what the job's program

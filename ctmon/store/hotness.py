@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
     from ctmon.wire import events as E
 
-MIN_SAMPLES = 20  # fewer: no share is said (one sample is ~100 ms)
+MIN_SAMPLES = 20  # fewer: no share is said (one sample is ~250 ms)
 FRAMES_MAX = 2000
 
 CodeKey = tuple[str, int, str]
