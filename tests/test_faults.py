@@ -1127,7 +1127,7 @@ def test_tui_exit_restores_the_terminal(tmp_path, rt, case) -> None:  # type: ig
         try:
             _attach(tm, rec, args)
             job_pid = _session_event(rec)["job_pid"]
-            tm.wait_for(lambda s: "● running" in s or "exited" in s or "✗" in s, 30, "the live TUI")
+            tm.wait_for(lambda s: "● running" in s or "exited" in s or "✗" in s, 90, "the live TUI")
             viewer = _ctmon_child(tm, "attach")
             viewers.append(viewer.pid)
             if case == "q then y (stop)":
@@ -1168,7 +1168,7 @@ def test_tui_exit_restores_the_terminal(tmp_path, rt, case) -> None:  # type: ig
                 # come back with ctmon watch, then leave it again with q
                 tm.send("clear")
                 tm.send(f"{PY} -m ctmon watch {job_pid}; echo RC=$?")
-                tm.wait_for(lambda s: "● running" in s, 30, "ctmon watch's live view")
+                tm.wait_for(lambda s: "● running" in s, 90, "ctmon watch's live view")
                 viewers.append(_ctmon_child(tm, "watch").pid)
                 tm.keys("q")
                 screen = assert_terminal_restored(tm, 0)
@@ -1219,7 +1219,7 @@ def test_attach_job_outlives_its_viewer(tmp_path, rt, how) -> None:  # type: ign
     try:
         _attach(tm, rec, args)
         job_pid = _session_event(rec)["job_pid"]
-        tm.wait_for(lambda s: "● running" in s, 30, "the live TUI")
+        tm.wait_for(lambda s: "● running" in s, 90, "the live TUI")
         viewer = _ctmon_child(tm, "attach")
         wait_until(lambda: any(e["kind"] == "steps" for e in read_events(rec)[0]), 30, "the first steps")
         flags = {}
