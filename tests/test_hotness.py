@@ -5,9 +5,16 @@ beside the share the workload timed itself."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
-from helpers import record, workload
+from helpers import ctmon, record, workload
+
+from ctmon.tui.app import CtmonApp
+from ctmon.tui.capture import screen_text
+from ctmon.tui.fmt import short_count
+from ctmon.tui.testing import wait_loaded
+from ctmon.wire.feeds import RecordingFeed
 
 
 def _run(tmp_path, *args: str):  # type: ignore[no-untyped-def]
@@ -49,3 +56,36 @@ def test_sampling_keeps_no_finished_call_alive(tmp_path):
     calls, kept = map(int, re.search(r"CALLS (\d+) KEPT (\d+)", run.proc.stdout).groups())  # type: ignore[union-attr]
     assert calls > 100 and kept == 0, (calls, kept)
     assert run.report()["steps"]["runtime"]["samples"] >= 15  # the sampler did sample those calls (4 Hz)
+
+
+def test_graph_calls_are_counted_and_timed(tmp_path):
+    """Every call of a frame's compiled graphs is counted (both graphs of a
+    recompiled frame, calls after the last step too), and its graphs' share
+    of step time is timed: right where sampling is blind, for graphs that
+    hold the GIL (ctmon/agent/graph_calls.py)."""
+    run = record(tmp_path / "rec", [workload("graph_calls.py")])
+    assert run.returncode == 0, run.proc.stderr
+    m = re.search(r"STEPS (\d+) EXTRA (\d+) GRAPH_SHARE (\S+)", run.proc.stdout)
+    assert m is not None, run.proc.stdout
+    steps, extra, truth = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    rep = run.report()
+    frames = [f for f in rep["frames"] if f["name"].startswith("step_fn")]
+    assert len(frames) == 2 and all(f["compiles"] == 2 for f in frames), frames
+    for f in frames:
+        rt = f["runtime"]
+        assert rt["timed"] is True and rt["calls"] == steps + extra, (f["name"], rt, steps, extra)
+    share = sum(f["runtime"]["share"] for f in frames)
+    assert 0.3 < truth < 0.7 and abs(share - truth) < 0.06, ([f["runtime"] for f in frames], truth)
+    text = ctmon("report", run.recording)
+    assert text.returncode == 0 and f"its graphs ran {steps + extra:,} times" in text.stdout, text.stdout
+    # the Frames pane's calls column, on the replayed recording
+    screen = asyncio.run(_frames_pane(run.recording))
+    rows = [line for line in screen.splitlines() if line.startswith("│graph_calls.py:")]  # the Frames pane's
+    assert len(rows) == 2 and all(f" {short_count(steps + extra)} " in r for r in rows), screen
+
+
+async def _frames_pane(path: str) -> str:
+    app = CtmonApp(RecordingFeed(path), replay=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_loaded(pilot)
+        return screen_text(app)

@@ -78,6 +78,13 @@ class Channel:
         if urgent:
             self._wake.set()
 
+    def put_last(self, record: tuple[Any, ...]) -> None:
+        """A record of ctmon's own for the last flush (the final hotness
+        event): past the queue's cap, which counts only the job's records
+        as drops; one per caller, at exit."""
+        if not self.disabled:
+            self.records.append(record)
+
     # ---- lifecycle ----
 
     def start(self) -> None:

@@ -43,6 +43,7 @@ class Agent:
         self.torch_installed = False
         self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
         self._periodic_hooks: list[Any] = []
+        self.final_hooks: list[Any] = []  # their events are sent at exit, whatever their pace
 
     # ---- records -> events (sender thread) ----
 
@@ -116,6 +117,8 @@ class Agent:
             ev = uncaught_event()
             if ev is not None:
                 self.channel.put(("event", ev))
+            for hook in self.final_hooks:
+                self.channel.put_last(("call", hook))
         except Exception:
             pass
         self.channel.close()
@@ -128,6 +131,8 @@ class Agent:
         if ch.disabled or sock is None or os.getpid() != ch.pid:
             return
         try:
+            for hook in self.final_hooks:
+                ch.put_last(("call", hook))
             sock.settimeout(EXEC_FLUSH_TIMEOUT_S)
             ch._flush()
             sock.settimeout(None)

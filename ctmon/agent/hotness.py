@@ -29,6 +29,13 @@ tick (ctmon/agent/channel.py), at the flush's own pace: with hotness on, one
 thread wakes as often as without. Four samples a second make ~1,000 over a
 few minutes: a region's share to about ±1.5 points. On CUDA this is host
 time: where the CPU thread is, not what the GPU runs.
+
+Where the compiled graphs' calls are timed (ctmon/agent/graph_calls.py),
+each tick also reads their running totals: a frame's calls are sent as
+they come (a run's calls are all its calls), its graphs' nanoseconds ride
+with the tick's sample and count as it does, and so does the time since
+the tick before (``span``), the whole a timed share is taken of. A
+compiling sample's span and graph time are left out, as the sample is.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
+from ctmon.agent.graph_calls import CodeKey, GraphCalls
 from ctmon.wire import protocol
 
 INTERVAL_S = 0.25  # = channel.FLUSH_INTERVAL_S: sampling adds no wakes
@@ -59,14 +67,21 @@ _ENGINE = "/torch/autograd/graph.py"  # the main thread waiting for the autograd
 
 
 class Hotness:
-    def __init__(self, steps: Callable[[], int]) -> None:
+    def __init__(self, steps: Callable[[], int], graphs: GraphCalls | None = None) -> None:
         self._steps = steps  # the step counter: a sample counts once it moves on
+        self._graphs = graphs  # the compiled graphs' calls, timed (graph_calls.py)
+        self._graph_seen: dict[CodeKey, list[int]] = {}  # [calls, ns] as last read
+        self._graph_out: dict[CodeKey, list[int]] = {}  # [calls, ns in ended steps] not yet sent
+        self._span_ns = 0  # time the committed samples stand for (compiling left out): the shares' whole
+        self._last_tick = time.perf_counter_ns()
         self._main = threading.main_thread().ident
         self._lock = threading.Lock()
         self._counts = {"graph": 0, "glue": 0, "other": 0, "compiling": 0}
         self._frames: dict[tuple[str, int, str], list[int]] = {}  # code -> [graph, glue]
         self._kinds: dict[CodeType, int] = {}  # 1: compiled frame, 2: PyTorch's runtime, 3: compiler, 0: other
-        self._pending: list[tuple[str, tuple[str, int, str] | None]] = []  # samples of the step under way
+        # samples of the step under way: where, the compiled frame, the ns
+        # since the tick before, each frame's graph ns in them
+        self._pending: list[tuple[str, CodeKey | None, int, dict[CodeKey, int] | None]] = []
         self._at_step = 0
         self._last_sent = time.monotonic()
         self._rnd = random.Random()
@@ -75,12 +90,15 @@ class Hotness:
         """One sample; returns the seconds until the next (the sender
         thread's schedule: ctmon/agent/channel.py)."""
         try:
+            now = time.perf_counter_ns()
+            span, self._last_tick = now - self._last_tick, now
+            graph_ns = self._read_graphs()
             n = self._steps()
             if n != self._at_step:  # a step ended: what was sampled during it is step time
                 self._at_step = n
                 self._commit()
             if n:
-                self.sample()
+                self.sample(span, graph_ns)
         except Exception:  # never let a sample disturb the job
             pass
         return INTERVAL_S * self._rnd.uniform(0.8, 1.2)
@@ -101,7 +119,32 @@ class Hotness:
                 self._kinds[code] = k
         return k
 
-    def sample(self) -> None:
+    def _read_graphs(self) -> dict[CodeKey, int] | None:
+        """Each frame's graph calls since the last tick (counted now: calls
+        are per run) and their ns (kept with the sample: they count as the
+        sample does)."""
+        graphs = self._graphs
+        if graphs is None:
+            return None
+        out: dict[CodeKey, int] = {}
+        seen = self._graph_seen
+        with self._lock:
+            for key, (calls, ns) in list(graphs.rows.items()):  # list(): one C call, safe against the job's inserts
+                last = seen.get(key)
+                if last is None:
+                    last = seen[key] = [0, 0]
+                if calls != last[0]:
+                    row = self._graph_out.get(key)
+                    if row is None:
+                        row = self._graph_out[key] = [0, 0]
+                    row[0] += calls - last[0]
+                    last[0] = calls
+                if ns != last[1]:
+                    out[key] = ns - last[1]
+                    last[1] = ns
+        return out or None
+
+    def sample(self, span_ns: int = 0, graph_ns: dict[CodeKey, int] | None = None) -> None:
         frames = sys._current_frames()
         # Our own thread's entry is this very frame: kept in a local of it, the
         # dict would make a cycle (frame -> its locals -> dict -> frame) that
@@ -135,13 +178,21 @@ class Hotness:
             where = "graph" if body or self._waits_for_compiled_backward(innermost, frames) else "other"
         key = (owner.co_filename, owner.co_firstlineno, owner.co_name) if owner is not None else None
         if len(self._pending) < MAX_PENDING:
-            self._pending.append((where, key))
+            self._pending.append((where, key, span_ns, graph_ns))
 
     def _commit(self) -> None:
         pending, self._pending = self._pending, []
         with self._lock:
-            for where, key in pending:
+            for where, key, span_ns, graph_ns in pending:
                 self._counts[where] += 1
+                if where != "compiling":  # as with the samples, time spent compiling is no one's share
+                    self._span_ns += span_ns
+                    if graph_ns:
+                        for k, ns in graph_ns.items():
+                            row = self._graph_out.get(k)
+                            if row is None:
+                                row = self._graph_out[k] = [0, 0]
+                            row[1] += ns
                 if key is None:
                     continue
                 row = self._frames.get(key)
@@ -171,18 +222,29 @@ class Hotness:
         if now - self._last_sent < SEND_EVERY_S:
             return []
         self._last_sent = now
+        return self._send()
+
+    def final(self) -> list[protocol.Event]:
+        """At exit: the graphs' calls since the last send (a run's calls are
+        all its calls; its unfinished step's samples are not step time)."""
+        self._read_graphs()
+        return self._send()
+
+    def _send(self) -> list[protocol.Event]:
         with self._lock:
-            counts, frames = self._counts, self._frames
-            if not any(counts.values()):
+            counts, frames, graphs, span_ns = self._counts, self._frames, self._graph_out, self._span_ns
+            if not any(counts.values()) and not graphs:
                 return []
             self._counts = {k: 0 for k in counts}
-            self._frames = {}
-        return [
-            {
-                "kind": protocol.HOTNESS,
-                "t": time.time(),
-                "counts": counts,
-                "frames": [[f, line, name, g, e] for (f, line, name), (g, e) in frames.items()],
-                "interval_s": INTERVAL_S,
-            }
-        ]
+            self._frames, self._graph_out, self._span_ns = {}, {}, 0
+        ev: protocol.Event = {
+            "kind": protocol.HOTNESS,
+            "t": time.time(),
+            "counts": counts,
+            "frames": [[f, line, name, g, e] for (f, line, name), (g, e) in frames.items()],
+            "interval_s": INTERVAL_S,
+        }
+        if self._graphs is not None and self._graphs.on:
+            ev["span_ns"] = span_ns
+            ev["graphs"] = [[f, line, name, c, ns] for (f, line, name), (c, ns) in graphs.items()]
+        return [ev]

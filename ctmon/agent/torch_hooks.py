@@ -34,6 +34,7 @@ from typing import Any
 from ctmon.agent import bench_mode
 from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
+from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.hotness import Hotness
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
@@ -169,9 +170,14 @@ def install(agent: Agent, torch: Any) -> None:
     agent.torch_installed = True
     ch, clock = agent.channel, agent.clock
 
+    # where step time goes per compiled region: its graphs' calls timed, the
+    # main thread sampled (CTMON_HOTNESS=0: off)
+    hot = os.environ.get("CTMON_HOTNESS", "1") != "0"
+    graphs = GraphCalls() if hot else None
+
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)
-    handler = TraceHandler(ch, attribute_module)
+    handler = TraceHandler(ch, attribute_module, graphs.on_compile_end if graphs is not None else None)
     attach_first(trace_log, handler)
     if trace_log.level == logging.NOTSET or trace_log.level > logging.DEBUG:
         trace_log.setLevel(logging.DEBUG)
@@ -193,11 +199,12 @@ def install(agent: Agent, torch: Any) -> None:
     # 3. compiled callables, for loops without an optimizer
     _wrap_torch_compile(agent, torch)
 
-    # 3b. where step time goes per compiled region (sampled; CTMON_HOTNESS=0: off)
-    if os.environ.get("CTMON_HOTNESS", "1") != "0":
-        sampler = Hotness(lambda: clock.count)
+    # 3b. the sampler, which also sends the graphs' calls and times
+    if hot:
+        sampler = Hotness(lambda: clock.count, graphs)
         ch.tick = sampler.tick
         agent._periodic_hooks.append(sampler.periodic)
+        agent.final_hooks.append(sampler.final)
 
     # 4. device-true step times, once the job has initialised CUDA itself
     cuda = getattr(torch, "cuda", None)

@@ -102,10 +102,16 @@ BWD_FIELDS = (
 class TraceHandler(logging.Handler):
     """Queues the structured-trace records ctmon needs. O(1) per record."""
 
-    def __init__(self, channel: Channel, attribute: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        attribute: Callable[[], dict[str, Any] | None],
+        on_compile_end: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(logging.DEBUG)
         self._ch = channel
         self._attribute = attribute
+        self._on_compile_end = on_compile_end  # on the compiling thread, in the compile (graph_calls.py)
 
     def handle(self, record: logging.LogRecord) -> bool:  # skip filters and locks
         ch = self._ch
@@ -132,6 +138,11 @@ class TraceHandler(logging.Handler):
                     extra = {"attr": self._attribute(), "cfg": read_dynamo_config()}
                 elif name == "compilation_metrics":
                     extra = {"cfg": read_dynamo_config()}
+                    if self._on_compile_end is not None:
+                        try:
+                            self._on_compile_end()
+                        except Exception:  # the compile's record is sent whatever happens here
+                            pass
                 ch.put(("trace", name, record.created, md, extra), name != "str")
             elif name == "chromium_event":
                 payload = getattr(record, "payload", None)

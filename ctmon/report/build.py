@@ -72,8 +72,9 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "max_ms": _r(st.max_ms if st else None, 4),
             "steps_per_s": _r(st.steps_per_s if st else None, 3),
             "compile_steps": marked,
-            # sampled host time (ctmon/agent/hotness.py): in compiled graphs, in their frames'
-            # eager code between graphs, elsewhere; null until enough samples
+            # host time (ctmon/agent/hotness.py, graph_calls.py): in compiled graphs (timed where
+            # the agent timed them), in their frames' eager code between graphs (sampled),
+            # elsewhere; null until enough samples
             "compiled_share": s.hotness.share("graph"),
             "runtime": _runtime(s),
         },
@@ -122,6 +123,7 @@ def _runtime(s: Session) -> dict[str, Any] | None:
         return None
     return {
         "clock": "host",
+        "graphs_timed": h.graphs_timed,
         "samples": h.samples,
         "interval_s": h.interval_s,
         "graph_share": h.share("graph"),

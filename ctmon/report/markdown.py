@@ -103,7 +103,12 @@ def markdown(r: dict[str, Any]) -> str:
         ),
         *([("Generation", generation_text(r["generation"]))] if r.get("generation") else []),
         *(
-            [("Step time (sampled)", _shares(st["runtime"]))]
+            [
+                (
+                    "Step time (host)" if st["runtime"].get("graphs_timed") else "Step time (sampled)",
+                    _shares(st["runtime"]),
+                )
+            ]
             if (st.get("runtime") or {}).get("graph_share") is not None
             else []
         ),

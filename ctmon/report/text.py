@@ -211,8 +211,9 @@ def full_text(r: dict[str, Any]) -> str:
             add(f"  {st['compile_steps']} step(s) paid for a compile")
         rt = st.get("runtime")
         if rt and rt.get("graph_share") is not None:
+            how = "host; graphs timed, the rest sampled" if rt.get("graphs_timed") else "sampled, host"
             text = (
-                f"step time (sampled, host): {rt['graph_share']:.0%} in compiled graphs, "
+                f"step time ({how}): {rt['graph_share']:.0%} in compiled graphs, "
                 f"{rt['glue_share']:.0%} in compiled frames' eager code between graphs, "
                 f"{rt['other_share']:.0%} elsewhere ({rt['samples']} samples)"
             )
@@ -277,8 +278,10 @@ def full_text(r: dict[str, Any]) -> str:
                 f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {plural(f['compiles'], 'compile')}, "
                 f"{plural(f['recompiles'], 'recompile')}, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
-            frt = f.get("runtime")
-            if frt and frt["samples"]:
+            frt = f.get("runtime") or {}
+            if frt.get("calls") is not None:
+                add(f"      its graphs ran {plural(frt['calls'], 'time')}")
+            if frt.get("share") is not None and frt["samples"]:
                 add(f"      step time: {frt['share']:.0%} in its graphs, {frt['glue_share']:.0%} in its eager code")
             for reason in f["recompile_reasons"][:5]:
                 version, why = split_reason(reason.splitlines()[0])

@@ -1,7 +1,13 @@
 """Where step time went, per compiled frame, from the agent's samples of the
 main thread (ctmon/agent/hotness.py): in compiled graphs, in the eager code
 between them (around graph breaks), or elsewhere. Host time, sampled: a
-share is a count of samples over the samples taken while the job stepped."""
+share is a count of samples over the samples taken while the job stepped.
+
+Where the agent timed the compiled graphs' calls (ctmon/agent/graph_calls.py),
+a frame has its exact ``calls`` and its graphs' share is their time over
+the time the samples stand for: a sample lands where the job's thread lets
+the GIL go, which a small region's Python tail never does, so a timed share
+is the truer one. Its glue share stays sampled."""
 
 from __future__ import annotations
 
@@ -23,8 +29,13 @@ class HotnessState:
         self.counts: Counter[str] = Counter()
         self.frames: dict[CodeKey, list[int]] = {}  # code (file, first line, name) -> [graph, glue] samples
         self.interval_s: float | None = None
+        self.timed = False  # the agent timed the graphs' calls
+        self.graphs: dict[CodeKey, list[int]] = {}  # code -> [calls, host ns in ended steps]
+        self.span_ns = 0  # the time the samples stand for: a timed share's whole
+        self.version = 0  # events folded: a view redraws when it moves
 
     def on_hotness(self, ev: E.Hotness) -> None:
+        self.version += 1
         for k, n in ev.counts.items():
             if k in ("graph", "glue", "other", "compiling") and n > 0:
                 self.counts[k] += n
@@ -38,9 +49,17 @@ class HotnessState:
             row[1] += max(0, glue)
         if ev.interval_s:
             self.interval_s = ev.interval_s
-
-    def add(self, other: HotnessState) -> None:
-        self.counts.update(other.counts)
+        if ev.graphs is not None:
+            self.timed = True
+            self.span_ns += max(0, ev.span_ns)
+            for file, line, name, calls, ns in ev.graphs:
+                row = self.graphs.get((file, line, name))
+                if row is None:
+                    if len(self.graphs) >= FRAMES_MAX:
+                        continue
+                    row = self.graphs[(file, line, name)] = [0, 0]
+                row[0] += max(0, calls)
+                row[1] += max(0, ns)
 
     @property
     def samples(self) -> int:
@@ -48,16 +67,46 @@ class HotnessState:
         c = self.counts
         return c["graph"] + c["glue"] + c["other"]
 
+    @property
+    def graphs_timed(self) -> bool:
+        return self.timed and self.span_ns > 0
+
     def share(self, what: str) -> float | None:
+        """Of ``graph``, ``glue``, ``other``: sampled, but where the graphs
+        were timed, ``graph`` is their timed share plus the samples in graphs
+        no frame ran (a compiled backward), and ``other`` the rest."""
         n = self.samples
-        return round(self.counts[what] / n, 4) if n >= MIN_SAMPLES else None
+        if n < MIN_SAMPLES:
+            return None
+        if not self.graphs_timed or what == "glue":
+            return round(self.counts[what] / n, 4)
+        framed = sum(row[0] for row in self.frames.values())
+        unframed = max(0, self.counts["graph"] - framed)
+        graph = min(1.0, sum(row[1] for row in self.graphs.values()) / self.span_ns + unframed / n)
+        if what == "graph":
+            return round(graph, 4)
+        return round(max(0.0, 1.0 - graph - self.counts["glue"] / n), 4)
 
     def frame_runtime(self, frame: Frame) -> dict[str, Any] | None:
-        """A compiled frame's share of step time in its graphs and in its eager glue."""
-        n = self.samples
+        """A compiled frame's calls, and its share of step time in its graphs
+        and in its eager glue (None: too few samples to say). None when
+        neither is known."""
         code = frame.code
-        if n < MIN_SAMPLES or not code.file or code.line is None or not code.name:
+        if not code.file or code.line is None or not code.name:
             return None
-        row = self.frames.get((code.file, code.line, code.name))
-        graph, glue = row if row is not None else (0, 0)
-        return {"share": round(graph / n, 4), "glue_share": round(glue / n, 4), "samples": graph + glue}
+        key = (code.file, code.line, code.name)
+        timed = self.graphs.get(key, [0, 0]) if self.timed else None
+        n = self.samples
+        if n < MIN_SAMPLES:
+            if timed is None:
+                return None
+            return {"calls": timed[0], "share": None, "glue_share": None, "samples": 0, "timed": True}
+        graph, glue = self.frames.get(key, [0, 0])
+        share = min(1.0, timed[1] / self.span_ns) if timed is not None and self.graphs_timed else graph / n
+        return {
+            "calls": None if timed is None else timed[0],
+            "share": round(share, 4),
+            "glue_share": round(glue / n, 4),
+            "samples": graph + glue,
+            "timed": self.graphs_timed,
+        }

@@ -65,12 +65,15 @@ def frame_detail(frame: Frame, ctx: ViewContext) -> Text:
     out.append(" (cache entries / recompile limit)", "dim")
     out.append(f" · {fmt.secs(frame.time_s)} compiling\n")
     rt = ctx.view.hotness.frame_runtime(frame)
-    if rt is not None:
+    if rt is not None and rt["calls"] is not None:
+        out.append(f"  its graphs ran {fmt.plural(rt['calls'], 'time')}\n")
+    if rt is not None and rt["share"] is not None:
         out.append(
             f"  step time: {rt['share']:.0%} in its graphs, {rt['glue_share']:.0%} in its eager code between them",
             "yellow" if rt["glue_share"] >= 0.1 else "",
         )
-        out.append(" (sampled host time)\n", "dim")
+        how = "timed and sampled" if rt["timed"] else "sampled"
+        out.append(f" (host time, {how})\n", "dim")
     if frame.limit_hit:
         out.append("  ! recompile limit hit: Dynamo no longer compiles this frame; it runs eagerly.\n", "bold red")
     _section(out, "Compiles")

@@ -94,6 +94,15 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
+def short_count(n: int) -> str:
+    """At most 5 cells: 999, 12.3k, 123k, 1.2M, 12M."""
+    for div, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if n >= div:
+            v = n / div
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return str(n)
+
+
 def clip(text: str, width: int) -> str:
     if width <= 0:
         return ""

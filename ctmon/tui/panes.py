@@ -131,8 +131,9 @@ FRAME_COLS = [
     Col("frame", 12, 30),
     Col("compiles", 3, 8, right=True, short="n"),
     Col("budget", 5, 7, right=True),
-    Col("last recompile reason", 14, 400, flex=True, short="last reason", share=0.35),
+    Col("last recompile reason", 10, 400, flex=True, short="last reason", share=0.35),
     Col("time", 6, 8, right=True),
+    Col("calls", 5, 5, right=True),
     Col("step %", 4, 6, right=True, short="%"),
 ]
 
@@ -152,10 +153,16 @@ def budget(frame: Frame) -> tuple[str, str]:
 def step_share(runtime: dict[str, Any] | None) -> tuple[str, str]:
     """A frame's share of step time (its graphs and its eager glue); yellow
     when the glue alone takes a tenth or more."""
-    if runtime is None:
+    if runtime is None or runtime["share"] is None:
         return ("—", "dim")
     share = runtime["share"] + runtime["glue_share"]
     return (f"{share:.0%}", "yellow" if runtime["glue_share"] >= 0.1 else "")
+
+
+def graph_calls(runtime: dict[str, Any] | None) -> tuple[str, str]:
+    """How many times the frame's compiled graphs ran."""
+    calls = None if runtime is None else runtime.get("calls")
+    return ("—", "dim") if calls is None else (fmt.short_count(calls), "")
 
 
 class FramesPane(Pane):
@@ -174,7 +181,7 @@ class FramesPane(Pane):
         return width < 100
 
     def _row_version(self, f: Frame) -> Any:
-        hot = self.ctx.view.hotness.samples
+        hot = self.ctx.view.hotness.version
         return (
             len(f.compiles),
             f.entries,
@@ -190,6 +197,7 @@ class FramesPane(Pane):
         reason = reason_text(f.last_reason, cwd)
         if f.limit_hit and not reason:
             reason = "recompile limit hit"
+        runtime = self.ctx.view.hotness.frame_runtime(f)
         return [
             (fmt.place(f.loc.file, f.loc.line, f.called_from, cwd, narrow), ""),
             (f.title, "bold"),
@@ -197,7 +205,8 @@ class FramesPane(Pane):
             budget(f),
             (reason, "yellow" if reason else "dim"),
             (fmt.secs(f.time_s), ""),
-            step_share(self.ctx.view.hotness.frame_runtime(f)),
+            graph_calls(runtime),
+            step_share(runtime),
         ]
 
     def _layout(self, width: int) -> list[int]:

@@ -322,11 +322,16 @@ class CompilePhase(Ranked, tag="compile_phase"):
 class Hotness(Ranked, tag="hotness"):
     """Samples of the main thread since the last such event (ctmon/agent/hotness.py):
     ``counts`` by where it was (graph, glue, other, compiling); ``frames``:
-    [file, first line, name, graph samples, glue samples] per compiled frame."""
+    [file, first line, name, graph samples, glue samples] per compiled frame.
+    ``graphs`` (None: not timed): [file, first line, name, calls, host ns in
+    ended steps] of each compiled frame's graphs (ctmon/agent/graph_calls.py);
+    ``span_ns``: the time the samples counted here stand for, their whole."""
 
     counts: dict[str, int] = {}
     frames: list[tuple[str, int, str, int, int]] = []
     interval_s: Finite | None = None
+    graphs: list[tuple[str, int, str, int, int]] | None = None
+    span_ns: int = 0
 
 
 class Specialization(Ranked, tag="specialization"):

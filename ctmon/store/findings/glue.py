@@ -28,7 +28,7 @@ def rule_eager_glue(s: Session) -> list[Finding]:
     cs = s.compile
     for frame in cs.frames_sorted():
         rt = h.frame_runtime(frame)
-        if rt is None or rt["glue_share"] < GLUE_SHARE:
+        if rt is None or rt["glue_share"] is None or rt["glue_share"] < GLUE_SHARE:
             continue
         file = frame.code.file
         sites = [b for b in cs.breaks_sorted() if b.file == file][:5]
