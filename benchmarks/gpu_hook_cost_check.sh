@@ -14,7 +14,7 @@ part="${2:-host}" blocks="${3:-200}"
 case "$part" in
   ranks) args=(--loop host --ranks 2 --arms off,steps,all) ;;
   infer) args=(--loop gpu --task infer --size 10240 --arms off,hooks,all) ;;
-  train-ro) args=(--loop gpu --task train --mode reduce-overhead --size 4096 --arms off,hooks,all) ;;
+  train-ro) args=(--loop gpu --task train --mode reduce-overhead --size 4096 --arms "${ARMS:-off,hooks,all}") ;;
   *) args=(--loop "$part") ;;
 esac
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
@@ -26,6 +26,6 @@ python3 -c "
 import json, sys
 d = json.loads(open(sys.argv[1]).read().split('\n|')[0])
 for r in d['results']:
-    print({k: r[k] for k in ('loop', 'task', 'mode', 'size', 'step_ms_off', 'round_spread_pct', 'issue_share', 'blocks')})
+    print({k: r.get(k) for k in ('loop', 'task', 'mode', 'size', 'step_ms_off', 'round_spread_pct', 'issue_share', 'blocks', 'graphs_timed')})
 " "$OUT/hook_cost_$part.txt" 2>&1 | tail -3
 grep -v USDT "$OUT/hook_cost_$part.err" | tail -5

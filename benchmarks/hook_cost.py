@@ -72,7 +72,18 @@ def paired(res: dict[str, object], key: str) -> dict[str, object]:
     off = rounds["off"]
     out: dict[str, object] = {
         k: res.get(k)
-        for k in ("rank", "loop", "task", "mode", "device", "size", "steps_per_round", "issue_share", "pinned_core")
+        for k in (
+            "rank",
+            "loop",
+            "task",
+            "mode",
+            "device",
+            "size",
+            "steps_per_round",
+            "issue_share",
+            "pinned_core",
+            "graphs_timed",
+        )
     }
     out["blocks"] = len(off)
     out["step_ms_off"] = round(statistics.median(off), 4)
@@ -151,7 +162,7 @@ def main() -> None:
         print(f"{loop}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print(json.dumps({"date": time.strftime("%Y-%m-%d"), "ranks": args.ranks, "results": results}, indent=2))
     for r in results:
-        for arm in [a for a in r if a in ("off2", "hooks", "steps", "wake", "walk", "all")]:
+        for arm in [a for a in r if a in ("off2", "graphs", "hooks", "steps", "wake", "walk", "all")]:
             a = r[arm]
             print(
                 f"| {r['loop']} {r['task']} {r['mode'] or ''} | rank {r['rank']} | {arm} | {r['step_ms_off']} ms | "

@@ -7,7 +7,10 @@ block:
   off      nothing of ctmon runs in this process: the optimizer post-hook
            and the compiled call's enter hook are out, the device timer is
            detached, the sender thread sleeps, the hotness sampler is stopped;
-  hooks    both hooks in and CUDA-event device timing, the sender asleep;
+  graphs   ``off`` with only the compiled graphs' timing wrappers in
+           (ctmon/agent/graph_calls.py);
+  hooks    both hooks in, the graphs' timing wrappers in and CUDA-event
+           device timing, the sender asleep;
   steps    ``hooks`` with the sender thread waking at its own pace
            (4 Hz: as with CTMON_HOTNESS=0);
   all      ``steps`` plus the hotness sampler (stack samples taken by the
@@ -166,15 +169,27 @@ class Switch:
         self.enter_hooks, self.enter = hooks or [], ours[0] if ours else None
         self.timer = self.clock.timer
         self.flush_s = channel_mod.FLUSH_INTERVAL_S  # the sender's own pace
+        # ctmon's timing wrappers around the compiled graphs (ctmon/agent/graph_calls.py),
+        # in the compiled frames' module globals: on the job's thread, so in every arm but off
+        self.graphs = [
+            (scope, name, fn)
+            for mod in list(sys.modules.values())
+            for scope in [getattr(mod, "__dict__", None)]
+            if isinstance(scope, dict)
+            for name, fn in list(scope.items())
+            if isinstance(name, str) and name.startswith("__compiled_fn") and hasattr(fn, "__ctmon_graph__")
+        ]
 
     def pace(self, arm: str) -> float:
         """Seconds between the sender's wakes in this arm (0: it sleeps)."""
         from ctmon.agent import hotness
 
-        return {"steps": self.flush_s, "off": 0.0, "hooks": 0.0}.get(arm, hotness.INTERVAL_S)
+        return {"steps": self.flush_s, "off": 0.0, "graphs": 0.0, "hooks": 0.0}.get(arm, hotness.INTERVAL_S)
 
     def set(self, arm: str) -> None:
-        clock, on = self.clock, arm != "off"
+        clock, on = self.clock, arm not in ("off", "graphs")
+        for scope, name, fn in self.graphs:
+            scope[name] = fn if arm != "off" else fn.__wrapped__
         if on:
             clock._hooks[clock._hook_id] = clock._hook_fn
             if self.enter is not None and self.enter not in self.enter_hooks:
@@ -311,6 +326,7 @@ def main() -> None:
         "steps_per_round": n,
         "issue_share": issue_share(step, args.device),
         "hotness": switch.sampler is not None,
+        "graphs_timed": len(getattr(switch, "graphs", ())),
         "device_timer": switch.timer is not None,
         "pinned_core": pinned,
         "seconds": round(time.monotonic() - t_start, 1),

@@ -52,12 +52,12 @@ def watch_lateness() -> dict[str, list[int]] | None:
     on = LATENESS_ON
     sample = sampler.sample
 
-    def timed_sample() -> None:
+    def timed_sample(*args: object) -> None:
         late_ms = (time.monotonic() - due[0]) * 1000
-        sample()
+        sample(*args)
         if not on:
             return
-        where, key = sampler._pending[-1] if sampler._pending else ("none", None)
+        where, key = sampler._pending[-1][:2] if sampler._pending else ("none", None)
         row = table.setdefault(f"{where} {key[2] if key else '-'}", [0, 0, 0])
         row[sum(late_ms >= b for b in LATE_MS)] += 1
         # Where the job's thread stood (this thread still holds the GIL, so
@@ -175,7 +175,16 @@ def driver(args: argparse.Namespace) -> None:
         rt = f["runtime"] or {}
         mine = (rt.get("share") or 0.0) + (rt.get("glue_share") or 0.0)
         other = theirs["frames"].get(frame_id)
-        rows.append({"frame": f["name"], "frame_id": frame_id, "ctmon": round(mine, 4), "profiler": other})
+        rows.append(
+            {
+                "frame": f["name"],
+                "frame_id": frame_id,
+                "ctmon": round(mine, 4),
+                "profiler": other,
+                "graphs_timed": rt.get("timed"),
+                "calls": rt.get("calls"),
+            }
+        )
     forward = sum(v for v in theirs["frames"].values())
     out = {
         "device": args.device,
