@@ -31,19 +31,12 @@ def job(args: argparse.Namespace) -> None:
     import torch
 
     sys.path.insert(0, HERE)
-    from hook_cost_job import build
+    from hook_cost_job import build, graph_wrappers
 
     step, _ = build(args.loop, args.device, args.size, args.task, args.mode)
     for _ in range(30):
         step()
-    wrappers = [
-        (scope, name, fn)
-        for mod in list(sys.modules.values())
-        for scope in [getattr(mod, "__dict__", None)]
-        if isinstance(scope, dict)
-        for name, fn in list(scope.items())
-        if isinstance(name, str) and name.startswith("__compiled_fn") and hasattr(fn, "__ctmon_graph__")
-    ]
+    wrappers = graph_wrappers()
     if not wrappers:
         raise SystemExit("graph_call_cost: no wrapped graphs (run it under ctmon record)")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)

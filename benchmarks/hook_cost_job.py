@@ -153,6 +153,20 @@ def issue_share(step: Any, device: str) -> float | None:
     return issued / (time.perf_counter() - t0)
 
 
+def graph_wrappers() -> list[tuple[dict[str, Any], str, Any]]:
+    """(module globals, name, wrapper) of every compiled graph ctmon times
+    (ctmon/agent/graph_calls.py): ``scope[name] = wrapper.__wrapped__`` takes
+    one out."""
+    return [
+        (scope, name, fn)
+        for mod in list(sys.modules.values())
+        for scope in [getattr(mod, "__dict__", None)]
+        if isinstance(scope, dict)
+        for name, fn in list(scope.items())
+        if isinstance(name, str) and name.startswith("__compiled_fn") and hasattr(fn, "__ctmon_graph__")
+    ]
+
+
 class Switch:
     """Puts everything ctmon runs in this process in or out."""
 
@@ -171,14 +185,7 @@ class Switch:
         self.flush_s = channel_mod.FLUSH_INTERVAL_S  # the sender's own pace
         # ctmon's timing wrappers around the compiled graphs (ctmon/agent/graph_calls.py),
         # in the compiled frames' module globals: on the job's thread, so in every arm but off
-        self.graphs = [
-            (scope, name, fn)
-            for mod in list(sys.modules.values())
-            for scope in [getattr(mod, "__dict__", None)]
-            if isinstance(scope, dict)
-            for name, fn in list(scope.items())
-            if isinstance(name, str) and name.startswith("__compiled_fn") and hasattr(fn, "__ctmon_graph__")
-        ]
+        self.graphs = graph_wrappers()
 
     def pace(self, arm: str) -> float:
         """Seconds between the sender's wakes in this arm (0: it sleeps)."""
