@@ -97,11 +97,17 @@ class HotnessState:
         key = (code.file, code.line, code.name)
         timed = self.graphs.get(key, [0, 0]) if self.timed else None
         n = self.samples
+        graph, glue = self.frames.get(key, [0, 0])
         if n < MIN_SAMPLES:
             if timed is None:
                 return None
-            return {"calls": timed[0], "share": None, "glue_share": None, "samples": 0, "timed": True}
-        graph, glue = self.frames.get(key, [0, 0])
+            return {
+                "calls": timed[0],
+                "share": None,
+                "glue_share": None,
+                "samples": graph + glue,
+                "timed": self.graphs_timed,
+            }
         share = min(1.0, timed[1] / self.span_ns) if timed is not None and self.graphs_timed else graph / n
         return {
             "calls": None if timed is None else timed[0],
