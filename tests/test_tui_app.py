@@ -399,6 +399,27 @@ async def test_f_cycles_event_kinds() -> None:
         assert len(events.items) == everything
 
 
+@run_async
+async def test_frames_pane_shows_graph_calls_that_come_after_the_compiles() -> None:
+    """The calls and shares of a frame come in hotness events, the last at
+    the job's exit, after its compiles: the pane must redraw for them."""
+    evs = events_of("many_breaks")
+    feed = QueueFeed()
+    app = CtmonApp(feed)
+    async with app.run_test(size=WIDE) as pilot:
+        feed.push(evs)
+        await wait_applied(pilot, len(evs))
+        frame = app.full.compile.frames_sorted()[0]
+        code = frame.code
+        graphs = [[code.file, code.line, code.name, 4321, 0]]
+        feed.push([{"kind": "hotness", "t": evs[-1]["t"], "counts": {}, "graphs": graphs, "span_ns": 0}])
+        await wait_applied(pilot, len(evs) + 1)
+        frames = main_of(app).pane("frames")
+        shown = await wait_until(pilot, lambda: " 4.3k " in screen_text(app))
+        assert shown, screen_text(app)
+        assert frames.items[0] is frame
+
+
 # ------------------------------------------------------------------ pause
 
 

@@ -331,6 +331,7 @@ class Session:
     def _on_hotness(self, ev: E.Hotness) -> None:
         self.hotness.on_hotness(ev)
         self.rev["steps"] += 1
+        self.rev["hotness"] += 1  # the Frames pane's calls and shares
 
     def _on_phase(self, ev: E.CompilePhase) -> None:
         self.compile.phases.on_phase(ev)

@@ -168,7 +168,7 @@ def graph_calls(runtime: dict[str, Any] | None) -> tuple[str, str]:
 class FramesPane(Pane):
     SCOPED = True
     NAME = "frames"
-    SECTIONS = ("compile",)
+    SECTIONS = ("compile", "hotness")
 
     def __init__(self, ctx: ViewContext, id: str | None = None) -> None:
         super().__init__(
