@@ -66,6 +66,13 @@ _COMPILER = ("/torch/_dynamo/convert_frame.py", "/torch/_dynamo/symbolic_convert
 _ENGINE = "/torch/autograd/graph.py"  # the main thread waiting for the autograd engine's threads
 
 
+def _row(table: dict[CodeKey, list[int]], key: CodeKey) -> list[int]:
+    row = table.get(key)
+    if row is None:
+        row = table[key] = [0, 0]
+    return row
+
+
 class Hotness:
     def __init__(self, steps: Callable[[], int], graphs: GraphCalls | None = None) -> None:
         self._steps = steps  # the step counter: a sample counts once it moves on
@@ -130,14 +137,9 @@ class Hotness:
         seen = self._graph_seen
         with self._lock:
             for key, (calls, ns) in list(graphs.rows.items()):  # list(): one C call, safe against the job's inserts
-                last = seen.get(key)
-                if last is None:
-                    last = seen[key] = [0, 0]
+                last = _row(seen, key)
                 if calls != last[0]:
-                    row = self._graph_out.get(key)
-                    if row is None:
-                        row = self._graph_out[key] = [0, 0]
-                    row[0] += calls - last[0]
+                    _row(self._graph_out, key)[0] += calls - last[0]
                     last[0] = calls
                 if ns != last[1]:
                     out[key] = ns - last[1]
@@ -189,10 +191,7 @@ class Hotness:
                     self._span_ns += span_ns
                     if graph_ns:
                         for k, ns in graph_ns.items():
-                            row = self._graph_out.get(k)
-                            if row is None:
-                                row = self._graph_out[k] = [0, 0]
-                            row[1] += ns
+                            _row(self._graph_out, k)[1] += ns
                 if key is None:
                     continue
                 row = self._frames.get(key)

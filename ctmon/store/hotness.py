@@ -24,6 +24,17 @@ FRAMES_MAX = 2000
 CodeKey = tuple[str, int, str]
 
 
+def _fold(table: dict[CodeKey, list[int]], key: CodeKey, a: int, b: int) -> None:
+    """Add a frame's pair of counts (negatives read as 0); at most FRAMES_MAX frames."""
+    row = table.get(key)
+    if row is None:
+        if len(table) >= FRAMES_MAX:
+            return
+        row = table[key] = [0, 0]
+    row[0] += max(0, a)
+    row[1] += max(0, b)
+
+
 class HotnessState:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -32,34 +43,20 @@ class HotnessState:
         self.timed = False  # the agent timed the graphs' calls
         self.graphs: dict[CodeKey, list[int]] = {}  # code -> [calls, host ns in ended steps]
         self.span_ns = 0  # the time the samples stand for: a timed share's whole
-        self.version = 0  # events folded: a view redraws when it moves
 
     def on_hotness(self, ev: E.Hotness) -> None:
-        self.version += 1
         for k, n in ev.counts.items():
             if k in ("graph", "glue", "other", "compiling") and n > 0:
                 self.counts[k] += n
         for file, line, name, graph, glue in ev.frames:
-            row = self.frames.get((file, line, name))
-            if row is None:
-                if len(self.frames) >= FRAMES_MAX:
-                    continue
-                row = self.frames[(file, line, name)] = [0, 0]
-            row[0] += max(0, graph)
-            row[1] += max(0, glue)
+            _fold(self.frames, (file, line, name), graph, glue)
         if ev.interval_s:
             self.interval_s = ev.interval_s
         if ev.graphs is not None:
             self.timed = True
             self.span_ns += max(0, ev.span_ns)
             for file, line, name, calls, ns in ev.graphs:
-                row = self.graphs.get((file, line, name))
-                if row is None:
-                    if len(self.graphs) >= FRAMES_MAX:
-                        continue
-                    row = self.graphs[(file, line, name)] = [0, 0]
-                row[0] += max(0, calls)
-                row[1] += max(0, ns)
+                _fold(self.graphs, (file, line, name), calls, ns)
 
     @property
     def samples(self) -> int:

@@ -181,7 +181,7 @@ class FramesPane(Pane):
         return width < 100
 
     def _row_version(self, f: Frame) -> Any:
-        hot = self.ctx.view.hotness.version
+        hot = self.ctx.view.rev["hotness"]  # calls and shares come after the compiles
         return (
             len(f.compiles),
             f.entries,
