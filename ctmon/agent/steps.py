@@ -19,9 +19,11 @@ The hot path (``mark``) is a handful of attribute reads, one clock read and
 two stores into a shared-memory ring (ctmon/wire/ring.py) that the supervisor
 drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job. On CUDA the host clock
 measures launch time, not device time; a DeviceTimer records a CUDA event at
-some boundaries (never more often than every RECORD_GAP_NS of host time, since
-an event record costs ~15 us on a slow host) and resolves them later with the
-non-blocking ``query()``, so no synchronisation is ever added.
+some boundaries and resolves them later with the non-blocking ``query()``, so
+no synchronisation is ever added. Recording and resolving one costs the job's
+thread 15-100 us on a slow host, so the timer keeps its own time under
+1/BUDGET_INV of the job's: after each record it waits BUDGET_INV times what
+that record took (never less than RECORD_GAP_NS) before the next.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 _NAMES = protocol.STEP_SOURCES
 
 RECORD_GAP_NS = 10_000_000  # at most one CUDA event per 10 ms of host time
+BUDGET_INV = 1_000  # the timer's own host time: at most 0.1 % of the job's
+MAX_GAP_NS = 1_000_000_000  # a device time at least every second, however slow a record was
 MAX_PENDING = 64
 CUDA_CHECK_NS = 1_000_000_000
 
@@ -65,7 +69,7 @@ class DeviceTimer:
     ) -> None:
         self._ch = channel
         self._make = make_event
-        self._gap = record_gap_ns
+        self._min_gap = self._gap = record_gap_ns
         self._pool: list[TimingEvent] = []
         self._pending: deque[tuple[int, TimingEvent]] = deque()
         self._prev: tuple[int, TimingEvent] | None = None
@@ -75,6 +79,11 @@ class DeviceTimer:
 
     def reset(self, src: str) -> None:
         self._src = src
+        # Their spans are dropped, the events kept: creating one costs the
+        # job's thread tens of µs, and a CUDA event may be recorded again.
+        self._pool.extend(ev for _, ev in self._pending)
+        if self._prev is not None:
+            self._pool.append(self._prev[1])
         self._pending.clear()
         self._prev = None
         self._last_ns = 0
@@ -82,17 +91,20 @@ class DeviceTimer:
     def boundary(self, idx: int, t_ns: int) -> None:
         if t_ns - self._last_ns < self._gap:
             return
+        self._last_ns = t_ns
         try:
             self._poll()
-            if len(self._pending) >= MAX_PENDING:
-                return  # the device is far behind; measure later
-            ev = self._pool.pop() if self._pool else self._make()
-            ev.record()
-            self._pending.append((idx, ev))
-            self._last_ns = t_ns
+            if len(self._pending) < MAX_PENDING:  # else the device is far behind: measure later
+                ev = self._pool.pop() if self._pool else self._make()
+                ev.record()
+                self._pending.append((idx, ev))
         except Exception:
             # A CUDA error here must not surface in the user's loop.
             self.failed = True
+        # What this took (from the boundary's clock read) sets the wait
+        # before the next: the timer's share of the job's host time stays
+        # under 1/BUDGET_INV however slow CUDA's calls are on this host.
+        self._gap = min(MAX_GAP_NS, max(self._min_gap, (_now() - t_ns) * BUDGET_INV))
 
     def _poll(self) -> None:
         pending = self._pending
