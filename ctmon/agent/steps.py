@@ -29,6 +29,7 @@ that record took (never less than RECORD_GAP_NS) before the next.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -48,6 +49,19 @@ MAX_PENDING = 64
 CUDA_CHECK_NS = 1_000_000_000
 
 _now = time.perf_counter_ns
+
+
+def _always_alive() -> bool:
+    return True
+
+
+def liveness(obj: Any) -> Callable[[], Any]:
+    """A weak reference's call (None once ``obj`` is gone); where ``obj``
+    takes none, it counts as alive for good."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return _always_alive
 
 
 class TimingEvent(Protocol):
@@ -124,11 +138,17 @@ class StepClock:
         self.rank = -1
         self.count = 0  # boundaries accepted from the current source
         self.depth = 0  # 1 while a top-level compiled call runs (one loop thread assumed)
+        # The clock's optimizer and compiled callable: their ids, and
+        # whether each is still alive (a weak reference's call): a loop built
+        # anew (a sweep, a resized model) hands the clock to its own once the
+        # old one is gone, while a second live one (a GAN's) is ignored.
         self._opt_key: int | None = None
+        self._opt_ref: Callable[[], Any] = _always_alive
         self._hooks: dict[Any, Any] | None = None  # torch's global optimizer post-hooks
         self._hook_id: Any = None
         self._hook_fn: Any = None
         self._call_key: int | None = None
+        self._call_ref: Callable[[], Any] = _always_alive
         self._next_check = 0
         self.timer: DeviceTimer | None = None
         # Returns a DeviceTimer once the job has initialised CUDA, else None.
@@ -222,7 +242,7 @@ class StepClock:
         compiled outside ``torch.compile``), ``is_dynamo_compiling()`` comes first
         and is a closure cell, not an attribute of ours: Dynamo folds it to
         True and the hook vanishes -- no graph break, no guard on our state.
-        The first optimizer that steps is the clock.
+        The first optimizer that steps is the clock, until it is gone.
         """
         is_compiling = self.is_compiling
         clock = self
@@ -233,9 +253,9 @@ class StepClock:
                 return  # a compiled call in progress marks its own boundary
             key = id(optimizer)
             if clock._opt_key != key:
-                if clock._opt_key is not None:
+                if clock._opt_key is not None and clock._opt_ref() is not None:
                     return  # a second optimizer (a GAN's) would double the count
-                clock._opt_key = key
+                clock._opt_key, clock._opt_ref = key, liveness(optimizer)
             mark(RANK_OPTIMIZER)
 
         return optimizer_step_post_hook
@@ -247,7 +267,12 @@ class StepClock:
         self._hook_fn = hooks.get(hook_id) if hooks is not None else None
 
     def call_hook(
-        self, key: int, rank: int = RANK_COMPILED, hands_off: bool = True, owner: list[Any] | None = None
+        self,
+        key: int,
+        rank: int = RANK_COMPILED,
+        hands_off: bool = True,
+        owner: list[Any] | None = None,
+        ref: Callable[[], Any] = _always_alive,
     ) -> Callable[[], Callable[[], None]]:
         """An enter hook for one compiled callable: counts its top-level calls.
 
@@ -300,14 +325,14 @@ class StepClock:
                 if clock.rank > rank:
                     return leave
                 if rank == RANK_OPTIMIZER:
-                    if clock._opt_key is None:
-                        clock._opt_key = key
-                    elif clock._opt_key != key:
-                        return leave
+                    if clock._opt_key != key:
+                        if clock._opt_key is not None and clock._opt_ref() is not None:
+                            return leave
+                        clock._opt_key, clock._opt_ref = key, ref
                 elif clock._call_key != key:
-                    if clock._call_key is not None:
+                    if clock._call_key is not None and clock._call_ref() is not None:
                         return leave  # not the loop's model
-                    clock._call_key = key
+                    clock._call_key, clock._call_ref = key, ref
                 mark(rank)
                 gen = clock.generation
                 if rank == RANK_COMPILED and gen is not None and gen.armed:

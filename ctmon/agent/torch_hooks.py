@@ -38,7 +38,7 @@ from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.hotness import Hotness
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
-from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer
+from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer, liveness
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 from ctmon.wire import protocol
 
@@ -267,12 +267,16 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
                 return result
             owner = getattr(model, "__self__", None)
             if getattr(model, "__name__", "") == "step" and isinstance(owner, torch.optim.Optimizer):
-                hooks.append(clock.call_hook(id(owner), RANK_OPTIMIZER))
+                hooks.append(clock.call_hook(id(owner), RANK_OPTIMIZER, ref=liveness(owner)))
             else:
                 # A module's forward steps no optimizer: its calls need not hand
                 # the optimizer hook off (steps.StepClock.call_hook).
                 module = isinstance(model, torch.nn.Module)
-                hooks.append(clock.call_hook(id(result), hands_off=not module, owner=hooks if module else None))
+                hooks.append(
+                    clock.call_hook(
+                        id(result), hands_off=not module, owner=hooks if module else None, ref=liveness(result)
+                    )
+                )
         except Exception:
             pass
         return result
