@@ -43,6 +43,7 @@ host, which a GPU-bound training step on a slow host needs).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -129,6 +130,8 @@ def sized(
     fixed = size is not None
     size = size or (16 if kind == "host" else 8192)
     for _ in range(3):
+        step = cmodel = None
+        gc.collect()  # the loop before is gone: its optimizer hands ctmon's step clock to the next
         step, cmodel = build(kind, device, size, task, mode)
         for _ in range(10):
             step()
@@ -182,6 +185,8 @@ class Switch:
         # has retired (steps.StepClock.call_hook): nothing of it to switch.
         self.enter_hooks, self.enter = hooks or [], ours[0] if ours else None
         self.timer = self.clock.timer
+        if self.timer is not None:  # else an arm without the timer would find CUDA and start one
+            self.clock.probe_device = lambda: None
         self.flush_s = channel_mod.FLUSH_INTERVAL_S  # the sender's own pace
         # ctmon's timing wrappers around the compiled graphs (ctmon/agent/graph_calls.py),
         # in the compiled frames' module globals: on the job's thread, so in every arm but off

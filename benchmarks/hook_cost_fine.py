@@ -1,0 +1,401 @@
+"""What ctmon's hook costs a step, step by step, where rounds are too noisy.
+
+``hook_cost.py`` compares rounds of ~150 ms. On a virtual machine whose
+rounds differ by 10 % or more on their own, hundreds of blocks leave its
+interval at ±1 %. This measures the two parts of the cost apart, each
+against its own neighbourhood, so slow drift (the host's other tenants,
+clocks) cancels:
+
+* **The step path** (the hooks, the device timer, the graphs' timing
+  wrappers; the sender asleep). Phase 1 switches it in and out every
+  ``--chunk`` steps, with no synchronisation, and compares each chunk's
+  mean step time with the adjacent chunk's (the first two steps of a chunk
+  are left out: the switch's own transient). The figure is the median of
+  those paired differences with its distribution-free 95 % interval, and
+  the mean with its interval. ``--parts`` also switches parts of the path
+  alone, each beside its own ``off`` chunk: ``hook`` (the step hooks),
+  ``timer`` (the hooks and the device timer), ``graphs`` (the wrappers).
+* **The sender's wakes** (the flush, the hotness sample, the GIL changing
+  hands). Phase 2 runs everything (``all``) with each wake's start (the
+  sender holding the GIL again) and end logged, between stretches of the
+  step path alone. For each wake the excess of the steps it overlaps (and
+  the ``--after`` steps after it) over the median of the steps 10-50 away
+  on either side is what the wake cost the job. The same excess measured at
+  random moments of the stretches without wakes (a wake's length each)
+  is the estimator's own bias -- a longer step is likelier to overlap a
+  moment -- and is subtracted. Cost per second = cost per wake x wakes per
+  second.
+
+Step times are the host's: a step's end is when the host has issued it.
+Where the GPU sets the pace, the host's extra time may hide in its slack,
+so these are upper bounds on what the step time pays.
+
+Usage (the job runs under ``ctmon record``; the same options as hook_cost.py):
+  python benchmarks/hook_cost_fine.py [--loop host|gpu] [--device cpu|cuda]
+      [--task train|infer] [--mode MODE] [--size N] [--step-ms 1]
+      [--seconds 60] [--path-share 0.5] [--parts path,hook,timer,graphs]
+      [--chunk 16] [--after 2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from hook_cost import median_ci  # this folder is on the path, as the script's own
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ---- statistics (the driver) ----
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float, float]:
+    m = statistics.fmean(xs)
+    half = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def chunk_costs(ends: list[int], arms: list[str], chunk: int) -> dict[str, list[float]]:
+    """Per part, per adjacent (part, off) pair of chunks: the part's mean
+    step over the off chunk's, minus one, in %."""
+    means: list[tuple[str, float]] = []
+    for c, arm in enumerate(arms):
+        lo, hi = c * chunk + 2, (c + 1) * chunk  # steps lo+1..hi, each ends[i] - ends[i-1]
+        if hi >= len(ends):
+            break
+        means.append((arm, (ends[hi] - ends[lo]) / (hi - lo)))
+    out: dict[str, list[float]] = {}
+    for (a1, m1), (a2, m2) in zip(means[::2], means[1::2], strict=False):
+        (part, on), off = ((a1, m1), m2) if a2 == "off" else ((a2, m2), m1)
+        out.setdefault(part, []).append((on / off - 1) * 100)
+    return out
+
+
+def excess(ends: list[int], lo_i: int, hi_i: int, s: int, e: int, after: int) -> float | None:
+    """ns the steps overlapping [s, e] (and ``after`` more) took beyond the
+    median step 10-50 steps away on both sides, within ends[lo_i:hi_i]."""
+    import bisect
+
+    first = bisect.bisect_right(ends, s, lo_i, hi_i)  # the first step ending after s
+    last = min(bisect.bisect_left(ends, e, lo_i, hi_i) + after, hi_i - 1)
+    if first - 50 < lo_i + 1 or last + 50 >= hi_i or first >= hi_i:
+        return None
+    near = [ends[i] - ends[i - 1] for r in (range(first - 50, first - 10), range(last + 11, last + 51)) for i in r]
+    base = statistics.median(near)
+    return sum(ends[i] - ends[i - 1] - base for i in range(first, last + 1))
+
+
+def wake_costs(res: dict[str, Any], after: int, arm: str = "all", seed: int = 0) -> dict[str, Any]:
+    rnd = random.Random(seed)
+    real: list[float] = []
+    holds: list[int] = []
+    quiet: list[tuple[int, int]] = []  # index ranges of the stretches without wakes
+    awake_s = 0.0
+    wakes = 0
+    for st in res["stretches"]:
+        lo, hi = st["lo"], st["hi"]
+        if st["arm"] == "quiet":
+            quiet.append((lo, hi))
+        if st["arm"] != arm:
+            continue
+        awake_s += (res["ends"][hi - 1] - res["ends"][lo]) / 1e9
+        for s, e in st["wakes"]:
+            wakes += 1
+            holds.append(e - s)
+            x = excess(res["ends"], lo, hi, s, e, after)
+            if x is not None:
+                real.append(x)
+    null: list[float] = []
+    ends = res["ends"]
+    for _ in range(4):  # four random moments per wake
+        for h in holds:
+            lo, hi = rnd.choice(quiet)
+            s = rnd.randint(ends[lo], ends[hi - 1])
+            x = excess(ends, lo, hi, s, s + h, after)
+            if x is not None:
+                null.append(x)
+    m_r, v_r = statistics.fmean(real), statistics.variance(real)
+    m_n, v_n = statistics.fmean(null), statistics.variance(null)
+    per_wake = m_r - m_n
+    half = 1.96 * math.sqrt(v_r / len(real) + v_n / len(null))
+    rate = wakes / awake_s
+    pct = per_wake * rate / 1e9 * 100
+    return {
+        "wakes": wakes,
+        "wakes_per_s": round(rate, 2),
+        "hold_us": {q: round(v / 1e3, 1) for q, v in _quantiles(holds).items()},
+        "excess_us_per_wake": round(m_r / 1e3, 1),
+        "null_excess_us": round(m_n / 1e3, 1),
+        "cost_us_per_wake": round(per_wake / 1e3, 1),
+        "cost_us_per_wake_ci95": [round((per_wake - half) / 1e3, 1), round((per_wake + half) / 1e3, 1)],
+        "cost_pct": round(pct, 3),
+        "cost_pct_ci95": [round((per_wake - half) * rate / 1e7, 3), round((per_wake + half) * rate / 1e7, 3)],
+        "excess_median_us": round(statistics.median(real) / 1e3, 1),
+        "null_median_us": round(statistics.median(null) / 1e3, 1),
+    }
+
+
+def _quantiles(xs: list[Any]) -> dict[str, float]:
+    d = sorted(xs)
+    return {"p50": d[len(d) // 2], "p90": d[int(len(d) * 0.9)], "max": d[-1]}
+
+
+def summarise(res: dict[str, Any], chunk: int, after: int) -> dict[str, Any]:
+    ends = res["ends"]
+    step = statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False)) / 1e6
+    out = {k: res[k] for k in ("loop", "task", "mode", "device", "size", "issue_share", "hotness", "graphs_timed")}
+    out["step_ms"] = round(step, 4)
+    for part, costs in chunk_costs(res["path_ends"], res["path_arms"], chunk).items():
+        med, lo, hi = median_ci(costs)
+        mean, mlo, mhi = mean_ci(costs)
+        out[part] = {
+            "pairs": len(costs),
+            "cost_pct_median": round(med, 3),
+            "cost_pct_median_ci95": [round(lo, 3), round(hi, 3)],
+            "cost_pct_mean": round(mean, 3),
+            "cost_pct_mean_ci95": [round(mlo, 3), round(mhi, 3)],
+            "cost_us_median": round(med / 100 * step * 1000, 2),
+        }
+    out["wakes"] = wake_costs(res, after)
+    out["wakes"]["sender_us"] = {
+        k: {q: round(x, 1) for q, x in _quantiles(v).items()} for k, v in res["sender_parts_us"].items() if v
+    }
+    if "path" in out:
+        p, w = out["path"], out["wakes"]
+        out["total_pct"] = round(p["cost_pct_median"] + w["cost_pct"], 3)
+        lo, hi = p["cost_pct_median_ci95"]
+        out["total_pct_ci95"] = [round(lo + w["cost_pct_ci95"][0], 3), round(hi + w["cost_pct_ci95"][1], 3)]
+    return out
+
+
+# ---- the job (under ctmon record) ----
+
+
+class TimedWake(threading.Event):
+    """The sender's wake event, logging when each wake starts (the sender
+    has the GIL back) and ends (it waits again)."""
+
+    def __init__(self, log: list[tuple[int, int]] | None) -> None:
+        super().__init__()
+        self.log = log
+        self._start = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        now = time.perf_counter_ns()
+        if self.log is not None and self._start:
+            self.log.append((self._start, now))
+        got = super().wait(timeout)
+        self._start = time.perf_counter_ns()
+        return got
+
+
+def job(args: argparse.Namespace) -> None:
+    import torch
+    from hook_cost_job import Switch, issue_share, sized
+
+    torch.set_num_threads(1)
+    step, cmodel, size, _ = sized(args.loop, args.device, args.step_ms, args.task, args.mode, args.size)
+    switch = Switch(cmodel)
+    ch = switch.channel
+    clock = time.perf_counter_ns
+
+    # Phase 1: the step path, or one part of it, in and out every chunk,
+    # the sender asleep (set() wakes it once to take up its pace; a quiet
+    # switch after that).
+    switch.set("hooks")
+    switch.set("off")
+    time.sleep(0.1)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    parts = args.parts.split(",")
+    path_arms: list[str] = []
+    path_ends: list[int] = []
+    rnd = random.Random(1)
+    t_end = time.monotonic() + args.seconds * args.path_share
+    sync()
+    path_ends.append(clock())
+    while time.monotonic() < t_end:
+        part = rnd.choice(parts)
+        for arm in [part, "off"] if rnd.random() < 0.5 else ["off", part]:
+            quiet_set(switch, arm)
+            path_arms.append(arm)
+            for _ in range(args.chunk):
+                step()
+                path_ends.append(clock())
+    quiet_set(switch, "path")
+    sync()
+
+    # Phase 2: stretches of everything (wakes logged) and of the step path
+    # alone (the sender asleep), a few seconds each.
+    log: list[tuple[int, int]] = []
+    asleep, ch._wake = ch._wake, TimedWake(None)
+    asleep.set()  # the sender leaves its old event's wait and takes up the new one
+    stretches: list[dict[str, Any]] = []
+    ends: list[int] = []
+    sender_parts = timed_parts(switch, ch)
+    t_end = time.monotonic() + args.seconds * (1 - args.path_share)
+    while time.monotonic() < t_end:
+        for arm in ("all", "quiet"):
+            switch.set("hooks" if arm == "quiet" else "all")
+            ch._wake.log = None if arm == "quiet" else log
+            for _ in range(20):  # the sender takes up its pace
+                step()
+            log.clear()
+            lo = len(ends)
+            stop = time.monotonic() + args.stretch_s
+            while time.monotonic() < stop:
+                step()
+                ends.append(clock())
+            wakes = [(s, e) for s, e in log if ends[lo] < s and e < ends[-1]]
+            stretches.append({"arm": arm, "lo": lo, "hi": len(ends), "wakes": wakes})
+    sync()
+    switch.set("all")
+    out = {
+        "loop": args.loop,
+        "task": args.task,
+        "mode": args.mode,
+        "device": args.device,
+        "size": size,
+        "issue_share": issue_share(step, args.device),
+        "hotness": switch.sampler is not None,
+        "graphs_timed": len(switch.graphs),
+        "path_arms": path_arms,
+        "path_ends": path_ends,
+        "ends": ends,
+        "stretches": stretches,
+        "sender_parts_us": {k: [round(x / 1e3, 1) for x in v] for k, v in sender_parts.items()},
+    }
+    with open(args.dump, "w") as f:
+        json.dump(out, f)
+    print("DONE", flush=True)
+
+
+PARTS = {  # what each phase-1 arm puts in: hook (with the device timer or not), graphs' wrappers
+    "path": (True, True, True),
+    "hook": (True, False, False),
+    "timer": (True, True, False),
+    "graphs": (False, False, True),
+    "off": (False, False, False),
+}
+
+
+def quiet_set(switch: Any, arm: str) -> None:
+    """A part of the step path in or out without waking the sender
+    (Switch.set wakes it so it takes up a new pace; here it stays asleep)."""
+    hook, timer, graphs = PARTS[arm]
+    clock = switch.clock
+    for scope, name, fn in switch.graphs:
+        scope[name] = fn if graphs else fn.__wrapped__
+    if hook:
+        clock._hooks[clock._hook_id] = clock._hook_fn
+        if switch.enter is not None and switch.enter not in switch.enter_hooks:
+            switch.enter_hooks.append(switch.enter)
+    else:
+        clock._hooks.pop(clock._hook_id, None)
+        if switch.enter is not None and switch.enter in switch.enter_hooks:
+            switch.enter_hooks.remove(switch.enter)
+    if timer and clock.timer is None and switch.timer is not None:
+        switch.timer.reset(switch.timer._src)
+        clock.timer = switch.timer
+    elif not timer:
+        switch.timer = clock.timer or switch.timer
+        clock.timer = None
+
+
+def timed_parts(switch: Any, ch: Any) -> dict[str, list[int]]:
+    """The sender's sample and flush, each timed (ns per call)."""
+    out: dict[str, list[int]] = {"sample": [], "flush": []}
+    sampler, flush = switch.sampler, ch._flush
+
+    def sample() -> float:
+        t0 = time.perf_counter_ns()
+        try:
+            return sampler()
+        finally:
+            out["sample"].append(time.perf_counter_ns() - t0)
+
+    def timed_flush() -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            flush()
+        finally:
+            out["flush"].append(time.perf_counter_ns() - t0)
+
+    if sampler is not None:
+        switch.sampler = sample
+    ch._flush = timed_flush
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loop", choices=["host", "gpu"], default="host")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--task", choices=["train", "infer"], default="train")
+    ap.add_argument("--mode")
+    ap.add_argument("--size", type=int)
+    ap.add_argument("--step-ms", type=float, default=1.0)
+    ap.add_argument("--seconds", type=float, default=60.0, help="both phases together")
+    ap.add_argument("--stretch-s", type=float, default=3.0, help="phase 2: seconds per stretch")
+    ap.add_argument("--chunk", type=int, default=16, help="phase 1: steps per chunk")
+    ap.add_argument("--parts", default="path", help="phase 1: what is switched, of " + ",".join(PARTS))
+    ap.add_argument("--path-share", type=float, default=0.5, help="phase 1's share of the seconds")
+    ap.add_argument("--after", type=int, default=2, help="phase 2: steps after a wake counted with it")
+    ap.add_argument("--out", help="a folder for the raw step times")
+    ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dump", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.job:
+        job(args)
+        return
+    tmp = args.out or tempfile.mkdtemp(prefix="ctmon-hook-cost-fine-")
+    os.makedirs(tmp, exist_ok=True)
+    dump = os.path.join(tmp, f"{args.loop}-{args.task}-steps.json")
+    passed = ["--loop", args.loop, "--device", args.device, "--task", args.task, "--step-ms", str(args.step_ms)]
+    passed += ["--seconds", str(args.seconds), "--stretch-s", str(args.stretch_s), "--chunk", str(args.chunk)]
+    passed += ["--parts", args.parts, "--path-share", str(args.path_share)]
+    passed += (["--mode", args.mode] if args.mode else []) + (["--size", str(args.size)] if args.size else [])
+    cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", os.path.join(tmp, "job.jsonl"), "--"]
+    cmd += [sys.executable, os.path.abspath(__file__), "--job", "--dump", dump, *passed]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
+    got = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if got.returncode or "DONE" not in got.stdout:
+        raise SystemExit(f"hook_cost_fine: the job failed (exit {got.returncode}):\n{got.stderr[-3000:]}")
+    with open(dump) as f:
+        res = json.load(f)
+    out = summarise(res, args.chunk, args.after)
+    out["date"] = time.strftime("%Y-%m-%d")
+    print(json.dumps(out, indent=2))
+    for part in PARTS:
+        if part in out:
+            p = out[part]
+            lo, hi = p["cost_pct_median_ci95"]
+            print(
+                f"| {out['loop']} {out['task']} {out['mode'] or ''} | {out['step_ms']} ms | {part} | "
+                f"{p['cost_pct_median']:+.3f} % [{lo:+.3f}, {hi:+.3f}] | {p['cost_us_median']} µs | {p['pairs']} pairs |"
+            )
+    w = out["wakes"]
+    print(
+        f"| {out['loop']} {out['task']} {out['mode'] or ''} | {out['step_ms']} ms | wakes | "
+        f"{w['cost_pct']:+.3f} % [{w['cost_pct_ci95'][0]:+.3f}, {w['cost_pct_ci95'][1]:+.3f}] | "
+        f"{w['cost_us_per_wake']} µs x {w['wakes_per_s']}/s (hold p50 {w['hold_us']['p50']} µs) | {w['wakes']} wakes |"
+    )
+    if "total_pct" in out:
+        lo, hi = out["total_pct_ci95"]
+        print(f"| total (path + wakes) | {out['total_pct']:+.3f} % [{lo:+.3f}, {hi:+.3f}] |")
+
+
+if __name__ == "__main__":
+    main()
