@@ -52,19 +52,13 @@ import threading
 import time
 from typing import Any
 
-from hook_cost import median_ci  # this folder is on the path, as the script's own
+from hook_cost import mean_ci, median_ci  # this folder is on the path, as the script's own
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
 # ---- statistics (the driver) ----
-
-
-def mean_ci(xs: list[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(xs)
-    half = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
-    return m, m - half, m + half
 
 
 def chunk_costs(ends: list[int], arms: list[str], chunk: int) -> dict[str, list[float]]:
@@ -228,12 +222,12 @@ def job(args: argparse.Namespace) -> None:
     while time.monotonic() < t_end:
         part = rnd.choice(parts)
         for arm in [part, "off"] if rnd.random() < 0.5 else ["off", part]:
-            quiet_set(switch, arm)
+            switch.set_path(*PARTS[arm])
             path_arms.append(arm)
             for _ in range(args.chunk):
                 step()
                 path_ends.append(clock())
-    quiet_set(switch, "path")
+    switch.set_path(*PARTS["path"])
     sync()
 
     # Phase 2: stretches of everything (wakes logged) and of the step path
@@ -281,36 +275,13 @@ def job(args: argparse.Namespace) -> None:
     print("DONE", flush=True)
 
 
-PARTS = {  # what each phase-1 arm puts in: hook (with the device timer or not), graphs' wrappers
+PARTS = {  # what each phase-1 arm puts in (Switch.set_path): hook, device timer, graphs' wrappers
     "path": (True, True, True),
     "hook": (True, False, False),
     "timer": (True, True, False),
     "graphs": (False, False, True),
     "off": (False, False, False),
 }
-
-
-def quiet_set(switch: Any, arm: str) -> None:
-    """A part of the step path in or out without waking the sender
-    (Switch.set wakes it so it takes up a new pace; here it stays asleep)."""
-    hook, timer, graphs = PARTS[arm]
-    clock = switch.clock
-    for scope, name, fn in switch.graphs:
-        scope[name] = fn if graphs else fn.__wrapped__
-    if hook:
-        clock._hooks[clock._hook_id] = clock._hook_fn
-        if switch.enter is not None and switch.enter not in switch.enter_hooks:
-            switch.enter_hooks.append(switch.enter)
-    else:
-        clock._hooks.pop(clock._hook_id, None)
-        if switch.enter is not None and switch.enter in switch.enter_hooks:
-            switch.enter_hooks.remove(switch.enter)
-    if timer and clock.timer is None and switch.timer is not None:
-        switch.timer.reset(switch.timer._src)
-        clock.timer = switch.timer
-    elif not timer:
-        switch.timer = clock.timer or switch.timer
-        clock.timer = None
 
 
 def timed_parts(switch: Any, ch: Any) -> dict[str, list[int]]:

@@ -199,28 +199,35 @@ class Switch:
         return {"steps": self.flush_s, "off": 0.0, "graphs": 0.0, "hooks": 0.0}.get(arm, hotness.INTERVAL_S)
 
     def set(self, arm: str) -> None:
-        clock, on = self.clock, arm not in ("off", "graphs")
+        on = arm not in ("off", "graphs")
+        self.set_path(hook=on, timer=on, graphs=arm != "off")
+        if arm in ("steps", "all", "wake", "walk"):
+            channel_mod.FLUSH_INTERVAL_S = self.flush_s
+        else:
+            channel_mod.FLUSH_INTERVAL_S = 1e6  # the sender parks
+        self.channel.tick = {"all": self.sampler, "wake": _wake, "walk": _walk}.get(arm)
+        self.channel._wake.set()  # the sender takes up its new pace (or parks) now
+
+    def set_path(self, hook: bool, timer: bool, graphs: bool) -> None:
+        """The step path's parts in or out, the sender left as it is: the
+        step hooks, the device timer, the graphs' timing wrappers."""
+        clock = self.clock
         for scope, name, fn in self.graphs:
-            scope[name] = fn if arm != "off" else fn.__wrapped__
-        if on:
+            scope[name] = fn if graphs else fn.__wrapped__
+        if hook:
             clock._hooks[clock._hook_id] = clock._hook_fn
             if self.enter is not None and self.enter not in self.enter_hooks:
                 self.enter_hooks.append(self.enter)
-            if self.timer is not None:
-                self.timer.reset(self.timer._src)  # no device time spans an off round
-            clock.timer = self.timer
-            channel_mod.FLUSH_INTERVAL_S = 1e6 if arm == "hooks" else self.flush_s
         else:
             clock._hooks.pop(clock._hook_id, None)
             if self.enter is not None and self.enter in self.enter_hooks:
                 self.enter_hooks.remove(self.enter)
+        if timer and clock.timer is None and self.timer is not None:
+            self.timer.reset(self.timer._src)  # no device time spans a round without it
+            clock.timer = self.timer
+        elif not timer:
             self.timer = clock.timer or self.timer
             clock.timer = None
-            channel_mod.FLUSH_INTERVAL_S = 1e6
-        self.channel.tick = {"all": self.sampler, "wake": _wake, "walk": _walk}.get(arm)
-        if arm in ("wake", "walk"):
-            channel_mod.FLUSH_INTERVAL_S = self.flush_s
-        self.channel._wake.set()  # the sender takes up its new pace (or parks) now
 
 
 def _wake() -> float:
