@@ -4,7 +4,8 @@ Dynamo runs a compiled frame's graph through a function it installs in the
 frame's module globals (``__compiled_fn_<n>_<uuid>``), which the frame's
 new bytecode loads by name on every call. At the end of each compile --
 on the compiling thread, before that bytecode first runs -- ctmon puts a
-counting, timing function in that name's place, calling the original.
+counting, timing function in the place of the names that bytecode loads,
+calling the original.
 
 Exact where sampling is not: a sample lands where the job's thread lets
 the GIL go, so a small region made mostly of Python (AOTAutograd's
@@ -25,7 +26,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 PREFIX = "__compiled_fn"
@@ -76,7 +77,7 @@ class GraphCalls:
 
     def on_compile_end(self) -> None:
         """On the compiling thread, from the handler of the compile's
-        ``compilation_metrics`` record: wrap the graph it installed."""
+        ``compilation_metrics`` record: wrap the graphs it installed."""
         if not self._can_wrap():
             return
         f: FrameType | None = sys._getframe(1)
@@ -100,8 +101,8 @@ class GraphCalls:
             return
         fresh = [
             (name, fn)
-            for name, fn in list(scope.items())
-            if type(name) is str and name.startswith(PREFIX) and getattr(fn, "__ctmon_graph__", None) is None
+            for name, fn in ((name, scope.get(name)) for name in _graph_names(local, scope))
+            if fn is not None and getattr(fn, "__ctmon_graph__", None) is None
         ]
         if not fresh:
             return  # a compile that made no graph (a frame with nothing to compile, a failed compile)
@@ -115,3 +116,27 @@ class GraphCalls:
             if callable(fn):
                 scope[name] = _timed(fn, row)
                 self.wrapped += 1
+
+
+def _graph_names(local: dict[str, Any], scope: dict[str, Any]) -> list[str]:
+    """The graph names this compile installed: those its new bytecode loads.
+
+    Not every unwrapped name in the module: a graph whose compile ended
+    unseen (the job had switched the trace logger off) would be counted
+    under this compile's frame. ``_compile``'s ``guarded_code`` is the
+    compile's result (a GuardedCode, wrapped in a ConvertFrameReturn on
+    newer torch); without it, the newest name (Dynamo numbers them in
+    order) is this compile's."""
+    if "guarded_code" in local:
+        result = local["guarded_code"]
+        out_code = getattr(getattr(result, "guarded_code", result), "code", None)
+        if not isinstance(out_code, CodeType):
+            return []  # a failed compile, or one with nothing to run: no graph
+        return [name for name in out_code.co_names if name.startswith(PREFIX)]
+    numbered = [(_number(name), name) for name in scope if type(name) is str and name.startswith(PREFIX)]
+    return [max(numbered)[1]] if numbered else []
+
+
+def _number(name: str) -> int:
+    parts = name[len(PREFIX) :].split("_")  # "__compiled_fn_<n>_<uuid>"
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else -1
