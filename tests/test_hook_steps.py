@@ -211,3 +211,31 @@ def test_only_calls_that_may_step_an_optimizer_hand_its_hook_off(tmp_path):
     steps = run.report()["steps"]
     assert steps["source"] == "optimizer"
     assert steps["count"] == 6
+
+
+def test_a_forked_child_writes_no_step(tmp_path):
+    """A forked child shares the parent's step ring: its steps (a worker
+    that runs an optimizer, say) must not be counted as the job's."""
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import os, time, torch, ctmon\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "def steps(n):\n"
+        "    for _ in range(n):\n"
+        "        m(torch.randn(2, 4)).sum().backward()\n"
+        "        opt.step(); opt.zero_grad()\n"
+        "steps(4)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    steps(20); ctmon.step()\n"
+        "    time.sleep(1.0)  # the monitor reads the ring meanwhile\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "steps(3)\n"
+    )
+    run = record(tmp_path, [str(script)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    steps = run.report()["steps"]
+    assert steps["source"] == "optimizer"
+    assert steps["count"] == 7

@@ -79,12 +79,18 @@ class Agent:
         # before the first step can be written into it.
         self.channel.send_now(self.hello(session_dir))
         self.channel.start()
-        os.register_at_fork(after_in_child=self.channel.after_fork_in_child)
+        os.register_at_fork(after_in_child=self.after_fork_in_child)
         _api._step_impl = self.clock.api_step
         if self.channel.rank is None:
             # a process that becomes a rank only when it initialises a
             # process group (Lightning's first process) says so then
             self._periodic_hooks.append(self._rank_once_initialised)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker, ...) sends nothing and
+        writes no step: it shares the parent's socket and step ring."""
+        self.channel.after_fork_in_child()
+        self.clock.stop()
 
     def hello(self, session_dir: str | None, rank: RankInfo | None = None, later: bool = False) -> protocol.Event:
         """This process's ``process`` event, with a fresh step ring (attached

@@ -49,5 +49,5 @@ def start_pending(socket_path: str, session_dir: str | None) -> Agent:
 
     ch.hold = hold
     ch.start()
-    os.register_at_fork(after_in_child=ch.after_fork_in_child)
+    os.register_at_fork(after_in_child=agent.after_fork_in_child)
     return agent

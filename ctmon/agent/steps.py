@@ -37,9 +37,10 @@ from typing import Any, Protocol
 from ctmon.agent.channel import Channel
 from ctmon.agent.generation import GenerationWatch
 from ctmon.wire import protocol
-from ctmon.wire.ring import W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
+from ctmon.wire.ring import HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
+OFF = RANK_API + 1  # above every source: every boundary is ignored
 _NAMES = protocol.STEP_SOURCES
 
 RECORD_GAP_NS = 10_000_000  # at most one CUDA event per 10 ms of host time
@@ -133,10 +134,36 @@ class DeviceTimer:
 
 
 class StepClock:
+    # Slots, the hot path's first: it touches one object, its first two
+    # cache lines. Inside a host-bound loop each object the hook touches has
+    # been evicted by the step between two calls, and costs a cache miss
+    # (benchmarks/hook_cold.py).
+    __slots__ = (
+        "rank",
+        "depth",
+        "_opt_key",
+        "_next_check",
+        "_w",
+        "_base",
+        "_words",
+        "_mask",
+        "timer",
+        "ch",
+        "_opt_ref",
+        "_hooks",
+        "_hook_id",
+        "_hook_fn",
+        "_call_key",
+        "_call_ref",
+        "probe_device",
+        "is_compiling",
+        "generation",
+        "_later",
+    )
+
     def __init__(self, channel: Channel) -> None:
         self.ch = channel
-        self.rank = -1
-        self.count = 0  # boundaries accepted from the current source
+        self.rank = -1  # the source's rank; OFF once the clock must write no more
         self.depth = 0  # 1 while a top-level compiled call runs (one loop thread assumed)
         # The clock's optimizer and compiled callable: their ids, and
         # whether each is still alive (a weak reference's call): a loop built
@@ -157,16 +184,30 @@ class StepClock:
         # Tells a generate() call's tokens (ctmon/agent/generation.py); armed
         # once the job imports transformers' generation utilities.
         self.generation: GenerationWatch | None = None
-        # Until a ring is attached, writes go to a harmless one-slot stand-in.
-        self._slots: Any = [0]
-        self._hdr: Any = [0] * 8
+        # The ring's words, header and slots in one view (one object to
+        # touch); until a ring is attached, a harmless stand-in.
+        self._words: Any = [0] * (HEADER_WORDS + 1)
         self._mask = 0
-        self._w = 0
+        self._w = 0  # the ring's write index
+        self._base = 0  # the write index of the current source's first boundary
         self._later: StepRing | None = None  # a ring to swap in at the next boundary
 
+    @property
+    def count(self) -> int:
+        """Boundaries accepted from the current source."""
+        return self._w - self._base
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._base = self._w - value
+
+    def stop(self) -> None:
+        """No boundary from now on (a forked child shares the parent's ring)."""
+        self.rank = OFF
+
     def attach_ring(self, ring: StepRing) -> None:
-        self._slots, self._hdr, self._mask = ring.slots, ring.header, ring.mask
-        self._w = int(ring.header[W_INDEX])
+        self._words, self._mask = ring.words, ring.mask
+        self._w = self._base = int(ring.header[W_INDEX])
 
     def attach_later(self, ring: StepRing) -> None:
         """Attach ``ring`` from another thread: the job's own thread swaps it
@@ -178,37 +219,46 @@ class StepClock:
 
     def mark(self, rank: int) -> None:
         t = _now()
-        if self.ch.disabled or rank < self.rank:
+        if rank < self.rank:
             return
         if t >= self._next_check:
             self._check(t)
+            if rank < self.rank:
+                return
         if rank != self.rank:
             self._switch(rank)
         w = self._w
-        self._slots[w & self._mask] = t
-        w += 1
-        self._w = w
-        self._hdr[W_INDEX] = w  # publish after the slot is written
-        idx = self.count
-        self.count = idx + 1
+        words = self._words
+        words[HEADER_WORDS + (w & self._mask)] = t
+        self._w = w + 1
+        words[W_INDEX] = w + 1  # publish after the slot is written
         timer = self.timer
         if timer is not None:
-            timer.boundary(idx, t)
+            timer.boundary(w - self._base, t)
 
     def _switch(self, rank: int) -> None:
         self.rank = rank
-        self.count = 0
         w = self._w
-        self._slots[w & self._mask] = -(rank + 1)
-        self._hdr[W_SOURCE] = rank + 1  # survives the slot being overwritten
-        self._hdr[W_SOURCE_AT] = w
-        self._w = w + 1
-        self._hdr[W_INDEX] = w + 1
+        words = self._words
+        words[HEADER_WORDS + (w & self._mask)] = -(rank + 1)
+        words[W_SOURCE] = rank + 1  # survives the slot being overwritten
+        words[W_SOURCE_AT] = w
+        self._w = self._base = w + 1
+        words[W_INDEX] = w + 1
         if self.timer is not None:
             self.timer.reset(_NAMES[rank])
 
     def _check(self, t: int) -> None:
         self._next_check = t + CUDA_CHECK_NS
+        if self.rank == OFF:
+            return
+        if self.ch.disabled:
+            # Checked here, once a second, not at every boundary: the
+            # channel is one more object for the hot path to touch. A forked
+            # child, which must not write into the parent's ring, stops at
+            # once (stop(), run at the fork).
+            self.stop()
+            return
         later = self._later
         if later is not None:
             # a rank claimed late (ctmon/agent/pending.py): its steps count

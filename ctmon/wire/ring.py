@@ -44,6 +44,7 @@ class StepRing:
         self.capacity = capacity
         self.mask = capacity - 1
         words = memoryview(mm).cast("q")
+        self.words = words  # header and slots: the writer's one view
         self.header = words[:HEADER_WORDS]
         self.slots = words[HEADER_WORDS : HEADER_WORDS + capacity]
 
