@@ -13,11 +13,14 @@ between the variants so drift cancels:
 * ``mark``: the clock's ``mark`` alone, as the hook calls it;
 * ``store``: one store into the ring's slots; ``publish``: that and the
   store of the write index into the ring's header;
-* ``nothing``: a hook that does nothing -- the timing's own floor.
+* ``nothing``: a hook that does nothing -- the timing's own floor;
+* ``graph``: a call through the timing wrapper ctmon puts around each
+  compiled graph (ctmon/agent/graph_calls.py), of a graph that does
+  nothing; ``graph_raw``: the same graph called directly, its floor.
 
 Prints, per variant, the median call in ns with its distribution-free 95 %
-interval, and each variant's median minus ``nothing``'s in the same block
-pairs. Usage::
+interval, and each variant's median minus its floor's (``nothing`` or
+``graph_raw``) in the same block pairs. Usage::
 
     python benchmarks/hook_cold.py [--blocks 200] [--calls 100] [--depth 4] [--evict step|train]
 """
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hook_cost import median_ci  # noqa: E402
 
 from ctmon.agent.channel import Channel  # noqa: E402
+from ctmon.agent.graph_calls import _timed  # noqa: E402
 from ctmon.agent.steps import RANK_OPTIMIZER, StepClock  # noqa: E402
 from ctmon.wire.ring import StepRing  # noqa: E402
 
@@ -92,7 +96,23 @@ def variants(ring_dir: str) -> dict[str, Hook]:
         at[0] = w + 1
         header[1] = w + 1
 
+    # A compiled graph's timing wrapper, as ctmon wraps each graph, around a
+    # graph that does nothing.
+    def graph(*args: Any) -> None:
+        return None
+
+    x = torch.ones(1)
+    wrapped = _timed(graph, [0, 0])
+
+    def graph_raw(optimizer: Any, args: Any, kwargs: Any) -> None:
+        graph(x, x)
+
+    def graph_wrapped(optimizer: Any, args: Any, kwargs: Any) -> None:
+        wrapped(x, x)
+
     return {
+        "graph_raw": graph_raw,
+        "graph": graph_wrapped,
         "hook": clock.optimizer_hook(),
         "mark": mark_only,
         "store": store,
@@ -135,9 +155,10 @@ def main() -> None:
     for name, ms in medians.items():
         med, lo, hi = median_ci(ms)
         line = f"{name:8s} {med:7.0f} ns [{lo:.0f}, {hi:.0f}]"
-        if name != "nothing":
-            d, dlo, dhi = median_ci([x - y for x, y in zip(ms, medians["nothing"], strict=True)])
-            line += f"   over nothing: {d:+6.0f} ns [{dlo:+.0f}, {dhi:+.0f}]"
+        base = "graph_raw" if name.startswith("graph") else "nothing"
+        if name != base:
+            d, dlo, dhi = median_ci([x - y for x, y in zip(ms, medians[base], strict=True)])
+            line += f"   over {base}: {d:+6.0f} ns [{dlo:+.0f}, {dhi:+.0f}]"
         print(line)
 
 
