@@ -82,7 +82,7 @@ def test_spans_between_finished_boundaries_are_sent_with_their_step_indices(host
 
 def test_boundaries_closer_than_the_gap_record_nothing(host: Host) -> None:
     timer, _ = _timer(host, gap_ns=10_000_000)
-    host.finished = 1_000
+    host.finished = 0  # the device behind: it sets the pace
     for i in range(100):
         _step(timer, host, i, 1_000_000)  # 1 ms steps for 100 ms: one event per 10 ms
     assert 9 <= host.records <= 10
@@ -96,14 +96,31 @@ def test_the_timer_keeps_its_own_host_time_within_its_budget(host: Host) -> None
     timer, ch = _timer(host, gap_ns=10_000_000)
     start = host.now
     for i in range(2_000):
-        host.finished = host.records
+        host.finished = max(0, host.records - 1)  # the device a record behind: it sets the pace
         _step(timer, host, i, 1_000_000)
     took = host.now - start
     spent = host.records * host.record_ns
     assert spent <= took / steps.BUDGET_INV
     # ... and no less often than that: device times still come
     assert host.records >= 0.8 * took / (host.record_ns * steps.BUDGET_INV)
-    assert len(_spans(ch)) >= host.records - 2
+    assert len(_spans(ch)) >= host.records - 3
+
+
+def test_where_the_device_keeps_up_the_timer_backs_off_and_comes_back(host: Host) -> None:
+    """A host-bound loop: each event is done by the next boundary, so the
+    host's clock is true and records come at most once a second; once the
+    device falls behind, one per RECORD_GAP_NS again."""
+    timer, ch = _timer(host, gap_ns=10_000_000)
+    for i in range(10_000):  # 10 s of 1 ms steps, the device idle
+        host.finished = host.records
+        _step(timer, host, i, 1_000_000)
+    keeping_up = host.records
+    assert 10 <= keeping_up <= 25  # ~1/s once backed off, not 1,000
+    assert len(_spans(ch)) >= keeping_up - 2  # device times still come
+    for i in range(10_000, 12_000):  # 2 s with the device a record behind
+        host.finished = max(0, host.records - 1)
+        _step(timer, host, i, 1_000_000)
+    assert host.records - keeping_up >= 95  # one more wait of up to 1 s, then 1 per 10 ms
 
 
 def test_a_reset_keeps_its_events_for_the_next_source(host: Host) -> None:

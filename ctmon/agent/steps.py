@@ -23,7 +23,11 @@ some boundaries and resolves them later with the non-blocking ``query()``, so
 no synchronisation is ever added. Recording and resolving one costs the job's
 thread 15-100 us on a slow host, so the timer keeps its own time under
 1/BUDGET_INV of the job's: after each record it waits BUDGET_INV times what
-that record took (never less than RECORD_GAP_NS) before the next.
+that record took (never less than RECORD_GAP_NS) before the next. Where the
+device keeps up with the host -- an event is done by the next boundary, so
+the host's clock already tells the step's time -- it doubles that wait, up
+to MAX_GAP_NS: inside a host-bound loop a record costs the steps around it
+several times its own time (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -84,7 +88,9 @@ class DeviceTimer:
     ) -> None:
         self._ch = channel
         self._make = make_event
-        self._min_gap = self._gap = record_gap_ns
+        self._min_gap = self._gap = self._floor = record_gap_ns
+        self._spent = 0  # host ns the last record took
+        self._probe: TimingEvent | None = None  # the last record's event, asked at the next boundary
         self._pool: list[TimingEvent] = []
         self._pending: deque[tuple[int, TimingEvent]] = deque()
         self._prev: tuple[int, TimingEvent] | None = None
@@ -101,9 +107,12 @@ class DeviceTimer:
             self._pool.append(self._prev[1])
         self._pending.clear()
         self._prev = None
+        self._probe = None
         self._last_ns = 0
 
     def boundary(self, idx: int, t_ns: int) -> None:
+        if self._probe is not None:
+            self._ask(t_ns)
         if t_ns - self._last_ns < self._gap:
             return
         self._last_ns = t_ns
@@ -113,13 +122,30 @@ class DeviceTimer:
                 ev = self._pool.pop() if self._pool else self._make()
                 ev.record()
                 self._pending.append((idx, ev))
+                self._probe = ev
         except Exception:
             # A CUDA error here must not surface in the user's loop.
             self.failed = True
         # What this took (from the boundary's clock read) sets the wait
         # before the next: the timer's share of the job's host time stays
         # under 1/BUDGET_INV however slow CUDA's calls are on this host.
-        self._gap = min(MAX_GAP_NS, max(self._min_gap, (_now() - t_ns) * BUDGET_INV))
+        self._spent = _now() - t_ns
+        self._gap = min(MAX_GAP_NS, max(self._floor, self._spent * BUDGET_INV))
+
+    def _ask(self, t_ns: int) -> None:
+        """At the boundary after a record: is its event done already? Then
+        the device keeps up with the host, whose clock is true: wait twice
+        as long before the next record. If not, the device sets the pace:
+        back to the shortest wait."""
+        ev, self._probe = self._probe, None
+        try:
+            done = ev is not None and ev.query()
+        except Exception:
+            self.failed = True
+            return
+        self._floor = min(MAX_GAP_NS, self._floor * 2) if done else self._min_gap
+        spent = self._spent + _now() - t_ns  # the question is the timer's time too
+        self._gap = min(MAX_GAP_NS, max(self._floor, spent * BUDGET_INV))
 
     def _poll(self) -> None:
         pending = self._pending
