@@ -96,3 +96,14 @@ def test_without_the_compiles_result_the_newest_graph_is_its_own() -> None:
     scope = {"__compiled_fn_3_ab_cd": len, "__compiled_fn_12_ef": len, "__compiled_fn_x": len, "other": 1}
     assert _graph_names({}, scope) == ["__compiled_fn_12_ef"]
     assert _graph_names({"guarded_code": None}, scope) == []  # a failed compile installed nothing
+
+
+def test_the_graphs_a_compiles_code_loads_nested_code_included() -> None:
+    class Guarded:
+        code = compile(
+            "def outer():\n    def inner():\n        return __compiled_fn_3_b()\n    return __compiled_fn_2_a(), len\n",
+            "<out>",
+            "exec",
+        )
+
+    assert sorted(_graph_names({"guarded_code": Guarded()}, {})) == ["__compiled_fn_2_a", "__compiled_fn_3_b"]

@@ -132,9 +132,19 @@ def _graph_names(local: dict[str, Any], scope: dict[str, Any]) -> list[str]:
         out_code = getattr(getattr(result, "guarded_code", result), "code", None)
         if not isinstance(out_code, CodeType):
             return []  # a failed compile, or one with nothing to run: no graph
-        return [name for name in out_code.co_names if name.startswith(PREFIX)]
+        return _loaded(out_code)
     numbered = [(_number(name), name) for name in scope if type(name) is str and name.startswith(PREFIX)]
     return [max(numbered)[1]] if numbered else []
+
+
+def _loaded(code: CodeType, depth: int = 0) -> list[str]:
+    """The graph names ``code`` loads, its nested code objects' included."""
+    names = [name for name in code.co_names if name.startswith(PREFIX)]
+    if depth < 8:
+        for const in code.co_consts:
+            if isinstance(const, CodeType):
+                names += _loaded(const, depth + 1)
+    return names
 
 
 def _number(name: str) -> int:
