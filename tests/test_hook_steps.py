@@ -157,9 +157,7 @@ def test_a_compiled_call_that_raises_leaves_the_optimizer_hook_in_place(tmp_path
         "    opt.step()\n"
         "    opt.zero_grad()\n"
     )
-    run = record(tmp_path, [str(script)], torch_trace=False)
-    assert run.returncode == 0, run.proc.stderr
-    steps = run.report()["steps"]
+    steps = _recorded_steps(script)
     assert steps["source"] == "optimizer"
     assert steps["count"] == 5
 
@@ -234,8 +232,13 @@ def test_a_forked_child_writes_no_step(tmp_path):
         "os.waitpid(pid, 0)\n"
         "steps(3)\n"
     )
-    run = record(tmp_path, [str(script)], torch_trace=False)
-    assert run.returncode == 0, run.proc.stderr
-    steps = run.report()["steps"]
+    steps = _recorded_steps(script)
     assert steps["source"] == "optimizer"
     assert steps["count"] == 7
+
+
+def _recorded_steps(script):
+    """The report's steps of ``script`` recorded (it must exit 0)."""
+    run = record(script.parent, [str(script)], torch_trace=False)
+    assert run.returncode == 0, run.proc.stderr
+    return run.report()["steps"]
