@@ -14,7 +14,8 @@ clocks) cancels:
   those paired differences with its distribution-free 95 % interval, and
   the mean with its interval. ``--parts`` also switches parts of the path
   alone, each beside its own ``off`` chunk: ``hook`` (the step hooks),
-  ``timer`` (the hooks and the device timer), ``graphs`` (the wrappers).
+  ``timer`` (the hooks and the device timer), ``graphs`` (the wrappers),
+  and ``floor``: a post-hook that does nothing, what any Python hook costs.
 * **The sender's wakes** (the flush, the hotness sample, the GIL changing
   hands). Phase 2 runs everything (``all``) with each wake's start (the
   sender holding the GIL again) and end logged, between stretches of the
@@ -33,7 +34,7 @@ so these are upper bounds on what the step time pays.
 Usage (the job runs under ``ctmon record``; the same options as hook_cost.py):
   python benchmarks/hook_cost_fine.py [--loop host|gpu] [--device cpu|cuda]
       [--task train|infer] [--mode MODE] [--size N] [--step-ms 1]
-      [--seconds 60] [--path-share 0.5] [--parts path,hook,timer,graphs]
+      [--seconds 60] [--path-share 0.5] [--parts path,hook,timer,graphs,floor]
       [--chunk 16] [--after 2] [--out DIR]
 """
 
@@ -222,12 +223,12 @@ def job(args: argparse.Namespace) -> None:
     while time.monotonic() < t_end:
         part = rnd.choice(parts)
         for arm in [part, "off"] if rnd.random() < 0.5 else ["off", part]:
-            switch.set_path(*PARTS[arm])
+            put_arm(switch, arm)
             path_arms.append(arm)
             for _ in range(args.chunk):
                 step()
                 path_ends.append(clock())
-    switch.set_path(*PARTS["path"])
+    put_arm(switch, "path")
     sync()
 
     # Phase 2: stretches of everything (wakes logged) and of the step path
@@ -280,8 +281,25 @@ PARTS = {  # what each phase-1 arm puts in (Switch.set_path): hook, device timer
     "hook": (True, False, False),
     "timer": (True, True, False),
     "graphs": (False, False, True),
+    "floor": (False, False, False),  # and an optimizer post-hook that does nothing
     "off": (False, False, False),
 }
+FLOOR_KEY = -1  # the do-nothing hook's key in torch's global post-hook dict (its own keys count up from 0)
+
+
+def _nothing(optimizer: Any, args: Any, kwargs: Any) -> None:
+    return None
+
+
+def put_arm(switch: Any, arm: str) -> None:
+    """The arm's parts in; for ``floor``, what any Python post-hook costs
+    the loop: one that does nothing, in ctmon's hook's place."""
+    switch.set_path(*PARTS[arm])
+    hooks = switch.clock._hooks
+    if arm == "floor":
+        hooks[FLOOR_KEY] = _nothing
+    else:
+        hooks.pop(FLOOR_KEY, None)
 
 
 def timed_parts(switch: Any, ch: Any) -> dict[str, list[int]]:
