@@ -1,4 +1,4 @@
-"""The device timer (ctmon/agent/steps.py) through its event seam: what a
+"""The device timer (ctmon/agent/device_timer.py) through its event seam: what a
 CUDA event does, played by a fake whose 'device' finishes when told, on a
 fake host clock that a record moves on by what it costs."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ctmon.agent import steps
+from ctmon.agent import device_timer
 from ctmon.agent.channel import Channel
-from ctmon.agent.steps import DeviceTimer
+from ctmon.agent.device_timer import DeviceTimer
 
 
 class Host:
@@ -51,7 +51,7 @@ class FakeEvent:
 @pytest.fixture
 def host(monkeypatch: pytest.MonkeyPatch) -> Host:
     h = Host(record_ns=1_000)
-    monkeypatch.setattr(steps, "_now", lambda: h.now)
+    monkeypatch.setattr(device_timer, "_now", lambda: h.now)
     return h
 
 
@@ -100,9 +100,9 @@ def test_the_timer_keeps_its_own_host_time_within_its_budget(host: Host) -> None
         _step(timer, host, i, 1_000_000)
     took = host.now - start
     spent = host.records * host.record_ns
-    assert spent <= took / steps.BUDGET_INV
+    assert spent <= took / device_timer.BUDGET_INV
     # ... and no less often than that: device times still come
-    assert host.records >= 0.8 * took / (host.record_ns * steps.BUDGET_INV)
+    assert host.records >= 0.8 * took / (host.record_ns * device_timer.BUDGET_INV)
     assert len(_spans(ch)) >= host.records - 3
 
 

@@ -34,11 +34,12 @@ from typing import Any
 from ctmon.agent import bench_mode
 from ctmon.agent.compile_calls import compile_call_event
 from ctmon.agent.core import Agent
+from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.hotness import Hotness
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
-from ctmon.agent.steps import RANK_OPTIMIZER, DeviceTimer, liveness
+from ctmon.agent.steps import RANK_OPTIMIZER, liveness
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 from ctmon.wire import protocol
 
