@@ -14,9 +14,11 @@ between the variants so drift cancels:
 * ``store``: one store into the ring's slots; ``publish``: that and the
   store of the write index into the ring's header;
 * ``nothing``: a hook that does nothing -- the timing's own floor;
-* ``graph``: a call through the timing wrapper ctmon puts around each
-  compiled graph (ctmon/agent/graph_calls.py), of a graph that does
-  nothing; ``graph_raw``: the same graph called directly, its floor.
+* ``graph_counted``: a call through the counter ctmon puts in each compiled
+  graph's place (ctmon/agent/graph_calls.py), of a graph that does
+  nothing; ``graph_timed``: through the timing wrapper around that counter
+  (in a timing window); ``graph_raw``: the same graph called directly,
+  their floor.
 
 Prints, per variant, the median call in ns with its distribution-free 95 %
 interval, and each variant's median minus its floor's (``nothing`` or
@@ -43,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hook_cost import median_ci  # noqa: E402
 
 from ctmon.agent.channel import Channel  # noqa: E402
-from ctmon.agent.graph_calls import _timed  # noqa: E402
+from ctmon.agent.graph_calls import _counted, _timed  # noqa: E402
 from ctmon.agent.steps import RANK_OPTIMIZER, StepClock  # noqa: E402
 from ctmon.wire.ring import StepRing  # noqa: E402
 
@@ -96,23 +98,29 @@ def variants(ring_dir: str) -> dict[str, Hook]:
         at[0] = w + 1
         header[1] = w + 1
 
-    # A compiled graph's timing wrapper, as ctmon wraps each graph, around a
-    # graph that does nothing.
+    # What ctmon puts in a compiled graph's place (ctmon/agent/graph_calls.py),
+    # around a graph that does nothing: always its counter, and in a timing
+    # window the timing wrapper around that.
     def graph(*args: Any) -> None:
         return None
 
     x = torch.ones(1)
-    wrapped = _timed(graph, [0, 0])
+    counted = _counted(graph)
+    wrapped = _timed(counted, [0])
 
     def graph_raw(optimizer: Any, args: Any, kwargs: Any) -> None:
         graph(x, x)
 
-    def graph_wrapped(optimizer: Any, args: Any, kwargs: Any) -> None:
+    def graph_counted(optimizer: Any, args: Any, kwargs: Any) -> None:
+        counted(x, x)
+
+    def graph_timed(optimizer: Any, args: Any, kwargs: Any) -> None:
         wrapped(x, x)
 
     return {
         "graph_raw": graph_raw,
-        "graph": graph_wrapped,
+        "graph_counted": graph_counted,
+        "graph_timed": graph_timed,
         "hook": clock.optimizer_hook(),
         "mark": mark_only,
         "store": store,
@@ -154,7 +162,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, depth {a.depth}, evict {a.evict}, {a.blocks} blocks x {a.calls} calls")
     for name, ms in medians.items():
         med, lo, hi = median_ci(ms)
-        line = f"{name:8s} {med:7.0f} ns [{lo:.0f}, {hi:.0f}]"
+        line = f"{name:13s} {med:7.0f} ns [{lo:.0f}, {hi:.0f}]"
         base = "graph_raw" if name.startswith("graph") else "nothing"
         if name != base:
             d, dlo, dhi = median_ci([x - y for x, y in zip(ms, medians[base], strict=True)])

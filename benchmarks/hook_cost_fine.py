@@ -14,8 +14,12 @@ clocks) cancels:
   those paired differences with its distribution-free 95 % interval, and
   the mean with its interval. ``--parts`` also switches parts of the path
   alone, each beside its own ``off`` chunk: ``hook`` (the step hooks),
-  ``timer`` (the hooks and the device timer), ``graphs`` (the wrappers),
-  and ``floor``: a post-hook that does nothing, what any Python hook costs.
+  ``timer`` (the hooks and the device timer), ``graphs`` (the graphs'
+  counters, as outside a timing window), ``timed`` (their timing wrappers,
+  as inside one), and ``floor``: a post-hook that does nothing, what any
+  Python hook costs. In ``path`` the graphs' timing windows open one
+  second in four, as in a fast loop (this loop's arms would otherwise
+  dilute the call rate that decides it).
 * **The sender's wakes** (the flush, the hotness sample, the GIL changing
   hands). Phase 2 runs everything (``all``) with each wake's start (the
   sender holding the GIL again) and end logged, between stretches of the
@@ -34,7 +38,7 @@ so these are upper bounds on what the step time pays.
 Usage (the job runs under ``ctmon record``; the same options as hook_cost.py):
   python benchmarks/hook_cost_fine.py [--loop host|gpu] [--device cpu|cuda]
       [--task train|infer] [--mode MODE] [--size N] [--step-ms 1]
-      [--seconds 60] [--path-share 0.5] [--parts path,hook,timer,graphs,floor]
+      [--seconds 60] [--path-share 0.5] [--parts path,hook,timer,graphs,timed,floor]
       [--chunk 16] [--after 2] [--out DIR]
 """
 
@@ -200,6 +204,9 @@ def job(args: argparse.Namespace) -> None:
     import torch
     from hook_cost_job import Switch, issue_share, sized
 
+    from ctmon.agent import graph_calls
+
+    graph_calls.FAST_CALLS_PER_S = 0  # windows one second in four, whatever the arms leave of the call rate
     torch.set_num_threads(1)
     step, cmodel, size, _ = sized(args.loop, args.device, args.step_ms, args.task, args.mode, args.size)
     switch = Switch(cmodel)
@@ -276,11 +283,12 @@ def job(args: argparse.Namespace) -> None:
     print("DONE", flush=True)
 
 
-PARTS = {  # what each phase-1 arm puts in (Switch.set_path): hook, device timer, graphs' wrappers
-    "path": (True, True, True),
+PARTS: dict[str, tuple[bool, bool, bool | str]] = {  # each phase-1 arm's parts (Switch.set_path)
+    "path": (True, True, True),  # the graphs as ctmon runs them: counted, timed in windows
     "hook": (True, False, False),
     "timer": (True, True, False),
-    "graphs": (False, False, True),
+    "graphs": (False, False, "counted"),  # outside a timing window
+    "timed": (False, False, "timed"),  # inside one
     "floor": (False, False, False),  # and an optimizer post-hook that does nothing
     "off": (False, False, False),
 }

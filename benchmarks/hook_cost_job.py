@@ -7,10 +7,10 @@ block:
   off      nothing of ctmon runs in this process: the optimizer post-hook
            and the compiled call's enter hook are out, the device timer is
            detached, the sender thread sleeps, the hotness sampler is stopped;
-  graphs   ``off`` with only the compiled graphs' timing wrappers in
-           (ctmon/agent/graph_calls.py);
-  hooks    both hooks in, the graphs' timing wrappers in and CUDA-event
-           device timing, the sender asleep;
+  graphs   ``off`` with only the compiled graphs' counters (and timing
+           wrappers, where a window is open) in (ctmon/agent/graph_calls.py);
+  hooks    both hooks in, the graphs' counters and timing windows in and
+           CUDA-event device timing, the sender asleep;
   steps    ``hooks`` with the sender thread waking at its own pace
            (4 Hz: as with CTMON_HOTNESS=0);
   all      ``steps`` plus the hotness sampler (stack samples taken by the
@@ -156,18 +156,11 @@ def issue_share(step: Any, device: str) -> float | None:
     return issued / (time.perf_counter() - t0)
 
 
-def graph_wrappers() -> list[tuple[dict[str, Any], str, Any]]:
-    """(module globals, name, wrapper) of every compiled graph ctmon times
-    (ctmon/agent/graph_calls.py): ``scope[name] = wrapper.__wrapped__`` takes
-    one out."""
-    return [
-        (scope, name, fn)
-        for mod in list(sys.modules.values())
-        for scope in [getattr(mod, "__dict__", None)]
-        if isinstance(scope, dict)
-        for name, fn in list(scope.items())
-        if isinstance(name, str) and name.startswith("__compiled_fn") and hasattr(fn, "__ctmon_graph__")
-    ]
+def graph_calls(clock: Any) -> Any:
+    """ctmon's counted and timed compiled graphs (ctmon/agent/graph_calls.py:
+    GraphCalls, whose windows the step clock moves), or None (hotness off)."""
+    each_second = clock.each_second
+    return getattr(each_second, "__self__", None)
 
 
 class Switch:
@@ -188,9 +181,12 @@ class Switch:
         if self.timer is not None:  # else an arm without the timer would find CUDA and start one
             self.clock.probe_device = lambda: None
         self.flush_s = channel_mod.FLUSH_INTERVAL_S  # the sender's own pace
-        # ctmon's timing wrappers around the compiled graphs (ctmon/agent/graph_calls.py),
-        # in the compiled frames' module globals: on the job's thread, so in every arm but off
-        self.graphs = graph_wrappers()
+        # ctmon's counters and timing wrappers in the compiled graphs' places
+        # (ctmon/agent/graph_calls.py), in the compiled frames' module globals:
+        # on the job's thread, so in every arm but off
+        self.each_second = self.clock.each_second
+        self.calls = graph_calls(self.clock)
+        self.graphs = list(self.calls.graphs) if self.calls is not None else []
 
     def pace(self, arm: str) -> float:
         """Seconds between the sender's wakes in this arm (0: it sleeps)."""
@@ -208,12 +204,23 @@ class Switch:
         self.channel.tick = {"all": self.sampler, "wake": _wake, "walk": _walk}.get(arm)
         self.channel._wake.set()  # the sender takes up its new pace (or parks) now
 
-    def set_path(self, hook: bool, timer: bool, graphs: bool) -> None:
+    def set_path(self, hook: bool, timer: bool, graphs: bool | str) -> None:
         """The step path's parts in or out, the sender left as it is: the
-        step hooks, the device timer, the graphs' timing wrappers."""
+        step hooks, the device timer, the graphs' counters and timing
+        wrappers. ``graphs``: True, as ctmon runs them (the counters, and the
+        timing wrappers in its windows, which the step clock opens and
+        closes); ``"counted"`` or ``"timed"``, one of them for good; False, none."""
         clock = self.clock
-        for scope, name, fn in self.graphs:
-            scope[name] = fn if graphs else fn.__wrapped__
+        live = graphs is True
+        clock.each_second = self.each_second if live else None  # windows move only when live
+        timing = self.calls is not None and self.calls.timing
+        for g in self.graphs:
+            if graphs is False:
+                g.scope[g.name] = g.counted.__wrapped__
+            elif graphs == "timed" or (live and timing):
+                g.scope[g.name] = g.timed
+            else:
+                g.scope[g.name] = g.counted
         if hook:
             clock._hooks[clock._hook_id] = clock._hook_fn
             if self.enter is not None and self.enter not in self.enter_hooks:

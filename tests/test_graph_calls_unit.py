@@ -1,16 +1,18 @@
-"""The agent's graph timing where it cannot find a compile's frame or missed
-a compile, and the store where a recording has no timing: calls are unknown
-(null), never 0."""
+"""The agent's graph counting and timing: its windows, the graphs it lets go,
+where it cannot find a compile's frame or missed a compile; and the store
+where a recording has no timing: calls are unknown (null), never 0."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import types
+import weakref
 
 import torch
 import torch._dynamo.eval_frame  # noqa: F401 - skip_code, as a compile would have imported it
 
-from ctmon.agent.graph_calls import GraphCalls, _graph_names, _timed
+from ctmon.agent.graph_calls import GraphCalls, _counted, _graph_names, _timed
 from ctmon.store.hotness import HotnessState
 from ctmon.wire import events as E
 
@@ -18,14 +20,70 @@ from ctmon.wire import events as E
 def test_a_compiler_laid_out_otherwise_turns_the_timing_off() -> None:
     g = GraphCalls()
     g.on_compile_end()  # not inside torch's _compile: no frame to read
-    assert g.on is False and g.missed == 1 and g.rows == {}
+    assert g.on is False and g.missed == 1 and g.frames == {}
 
 
-def test_the_wrapper_counts_times_and_passes_everything_through() -> None:
-    row = [0, 0]
-    f = _timed(lambda *a, **k: (a, k), row)
-    assert f(1, 2, x=3) == ((1, 2), {"x": 3})
-    assert row[0] == 1 and row[1] > 0 and f.__wrapped__ is not None  # type: ignore[attr-defined]
+def test_the_counter_and_the_timer_pass_everything_through() -> None:
+    counted = _counted(lambda *a, **k: (a, k))
+    ns = [0]
+    timed = _timed(counted, ns)
+    assert counted(1, x=2) == ((1,), {"x": 2}) and timed(1, 2, x=3) == ((1, 2), {"x": 3})
+    assert counted.cache_info().misses == 2 and ns[0] > 0 and timed.__wrapped__ is counted  # type: ignore[attr-defined]
+
+
+SECOND = 1_000_000_000
+T0 = 10 * SECOND  # when timing began (the clock is the test's)
+KEY = ("m.py", 3, "f")
+
+
+def _installed(n: int = 1) -> tuple[GraphCalls, dict[str, object]]:
+    g = GraphCalls()
+    g.on, g.span = True, (0, T0)
+    scope: dict[str, object] = {f"__compiled_fn_{i}_x": (lambda *a: None) for i in range(n)}
+    g.install(scope, list(scope), KEY)
+    return g, scope
+
+
+def test_graphs_called_fast_are_timed_one_second_in_four() -> None:
+    g, scope = _installed()
+    name = "__compiled_fn_0_x"
+    assert g.timing and scope[name] is g.graphs[0].timed  # timed from the start
+    g.on_second(T0)  # the first check only notes where the calls stand
+    timed_seconds = []
+    for s in range(1, 13):
+        for _ in range(300):  # 300 calls a second: fast
+            scope[name]()  # type: ignore[operator]
+        g.on_second(T0 + s * SECOND)
+        timed_seconds.append(g.timing)
+        assert scope[name] is (g.graphs[0].timed if g.timing else g.graphs[0].counted)
+    assert timed_seconds == [False, False, False, True] * 3
+    assert g.read() == [(KEY, 12 * 300, g.frames[KEY].ns[0])]  # every call counted, timed or not
+    # open: the first second, then seconds 4-5, 8-9 and 12 on
+    assert g.timed_span(T0 + 12 * SECOND) == 3 * SECOND and g.timed_span(T0 + 13 * SECOND) == 4 * SECOND
+
+
+def test_graphs_called_slowly_stay_timed() -> None:
+    g, scope = _installed()
+    name = "__compiled_fn_0_x"
+    for s in range(6):
+        for _ in range(50):
+            scope[name]()  # type: ignore[operator]
+        g.on_second(T0 + (s + 1) * SECOND)
+    assert g.timing and scope[name] is g.graphs[0].timed
+    assert g.timed_span(T0 + 7 * SECOND) == 7 * SECOND
+
+
+def test_a_graph_dynamo_deletes_is_let_go_its_calls_kept() -> None:
+    g, scope = _installed(2)
+    graph = scope["__compiled_fn_0_x"]
+    for _ in range(5):
+        scope["__compiled_fn_0_x"]()  # type: ignore[operator]
+    gone = weakref.ref(g.graphs[0].counted)
+    del scope["__compiled_fn_0_x"], graph  # Dynamo's clean-up
+    g.on_second(T0 + SECOND)
+    gc.collect()
+    assert gone() is None  # nothing of ctmon's keeps the graph alive
+    assert [gr.name for gr in g.graphs] == ["__compiled_fn_1_x"] and g.read() == [(KEY, 5, g.frames[KEY].ns[0])]
 
 
 def test_calls_are_unknown_without_timing_and_counted_with_it() -> None:
@@ -88,7 +146,7 @@ def test_a_graph_whose_compile_went_unseen_is_not_counted_under_the_next(monkeyp
     inc(torch.ones(3))
     inc(torch.ones(3))
     double(torch.ones(3))
-    assert g.rows == {("<string>", 5, "inc"): [2, g.rows[("<string>", 5, "inc")][1]]}
+    assert [(key, calls) for key, calls, _ in g.read()] == [(("<string>", 5, "inc"), 2)]
     assert g.wrapped == 1
 
 

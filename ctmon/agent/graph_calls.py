@@ -1,29 +1,47 @@
-"""Calls of every compiled graph, and the host time each call takes.
+"""Calls of every compiled graph, counted, and the host time they take,
+timed in windows.
 
 Dynamo runs a compiled frame's graph through a function it installs in the
 frame's module globals (``__compiled_fn_<n>_<uuid>``), which the frame's
-new bytecode loads by name on every call. At the end of each compile --
-on the compiling thread, before that bytecode first runs -- ctmon puts a
-counting, timing function in the place of the names that bytecode loads,
-calling the original.
+new bytecode loads by name on every call. At the end of each compile -- on
+the compiling thread, before that bytecode first runs -- ctmon puts its own
+function in the place of the names that bytecode loads, calling the original:
 
-Exact where sampling is not: a sample lands where the job's thread lets
-the GIL go, so a small region made mostly of Python (AOTAutograd's
-epilogue after its last kernel launch) reads low when sampled
-(docs/PERFORMANCE.md). The cost is one Python call and two clock reads per
-graph call: about 1 µs on an H200's host (benchmarks/graph_call_cost.py),
-against the tens of µs a compiled graph's call costs on its own. On CUDA
-this is host time: the launches, not what the GPU runs.
+* always a counter: ``functools.lru_cache(maxsize=0)`` around the graph,
+  which CPython runs in C as "count a miss, call the function". It adds no
+  Python frame: ~45 ns a call warm, where a Python wrapper costs ~185 ns warm
+  and 1-1.4 µs on the caches a host-bound step leaves (benchmarks/hook_cold.py);
+* while a timing window is open, a timing wrapper around that counter: one
+  Python call and two clock reads.
 
-The function that wraps the graph is marked for Dynamo to skip (its code
-would otherwise be a new frame for Dynamo to look at, on every call from a
-compiled frame), and nothing else changes: Dynamo's guards never read these
-names, and its clean-up deletes the name whatever it holds.
+Calls are exact. Host time is timed for the whole run where graphs are
+called fewer than FAST_CALLS_PER_S times a second (the wrapper then costs
+the job well under 0.1 %), else one second in every WINDOW_EVERY. A
+region's share is its graphs' timed nanoseconds over the time the windows
+were open (``timed_span``), a sample of the run as the sampler's is
+(ctmon/agent/hotness.py). Timing is exact where sampling is not: a sample
+lands where the job's thread lets the GIL go, so a small region made mostly
+of Python (AOTAutograd's epilogue after its last kernel launch) reads low
+when sampled (docs/PERFORMANCE.md). On CUDA this is host time: the
+launches, not what the GPU runs.
+
+Windows open and close on the job's own thread (``on_second``, from the step
+clock's once-a-second check), so a name is never written back after
+Dynamo's clean-up, on that thread, has deleted it. A graph whose name is
+gone is let go at the next check (its calls kept): no compiled graph -- nor
+the memory its CUDA graphs hold -- outlives Dynamo's use of it here.
+
+The timing wrapper is marked for Dynamo to skip (its code would otherwise
+be a new frame for Dynamo to look at, on every call from a compiled frame),
+and nothing else changes: Dynamo's guards never read these names, and its
+clean-up deletes the name whatever it holds.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import CodeType, FrameType
@@ -33,11 +51,19 @@ PREFIX = "__compiled_fn"
 _CONVERT_FRAME = "/torch/_dynamo/convert_frame.py"
 MAX_DEPTH = 64  # the compile's frame sits ~10 frames above the trace handler
 MAX_FRAMES = 500  # compiled frames tracked, as the sampler (a recompile storm makes many)
+FAST_CALLS_PER_S = 200  # graph calls a second above which time is timed in windows
+WINDOW_EVERY = 4  # then one second in every four
 
 CodeKey = tuple[str, int, str]
 
 
-def _timed(fn: Callable[..., Any], row: list[int]) -> Callable[..., Any]:
+def _counted(fn: Callable[..., Any]) -> Any:
+    """``fn``, its calls counted in C (``cache_info().misses``): an
+    lru_cache of size 0 keeps nothing and calls ``fn`` every time."""
+    return functools.lru_cache(maxsize=0)(fn)
+
+
+def _timed(fn: Callable[..., Any], ns: list[int]) -> Callable[..., Any]:
     clock = time.perf_counter_ns
 
     def ctmon_graph_call(*args: Any, **kwargs: Any) -> Any:
@@ -45,23 +71,74 @@ def _timed(fn: Callable[..., Any], row: list[int]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         finally:
-            row[0] += 1
-            row[1] += clock() - t0
+            ns[0] += clock() - t0
 
     ctmon_graph_call.__wrapped__ = fn  # type: ignore[attr-defined]
-    ctmon_graph_call.__ctmon_graph__ = row  # type: ignore[attr-defined]
     return ctmon_graph_call
+
+
+class _Frame:
+    """One compiled frame's graphs: the calls of those already let go and
+    the counters of those in place (one tuple, replaced whole: the sender
+    thread reads it as the job's thread changes it), and their timed host
+    ns (one cell, that all the frame's timing wrappers add to)."""
+
+    __slots__ = ("graphs", "ns")
+
+    def __init__(self) -> None:
+        self.graphs: tuple[int, tuple[Any, ...]] = (0, ())
+        self.ns = [0]
+
+    def calls(self) -> int:
+        gone, counters = self.graphs
+        return gone + sum(c.cache_info().misses for c in counters)
+
+    def add(self, counter: Any) -> None:
+        gone, counters = self.graphs
+        self.graphs = (gone, (*counters, counter))
+
+    def let_go(self, counter: Any) -> None:
+        gone, counters = self.graphs
+        self.graphs = (gone + counter.cache_info().misses, tuple(c for c in counters if c is not counter))
+
+
+class _Graph:
+    """One graph's place: the module globals and name Dynamo installed it
+    under, and what ctmon puts there, counting and timing."""
+
+    __slots__ = ("scope", "name", "counted", "timed", "frame")
+
+    def __init__(self, scope: dict[str, Any], name: str, counted: Any, timed: Any, frame: _Frame) -> None:
+        self.scope, self.name, self.counted, self.timed, self.frame = scope, name, counted, timed, frame
 
 
 class GraphCalls:
     """Per compiled frame (its code's file, first line and name, as the
-    store names frames): ``[calls, host ns]`` of its graphs, cumulative."""
+    store names frames): its graphs' calls and timed host ns, cumulative,
+    and the time the timing windows were open."""
 
     def __init__(self) -> None:
-        self.rows: dict[CodeKey, list[int]] = {}
+        self.frames: dict[CodeKey, _Frame] = {}
+        self.graphs: list[_Graph] = []  # the graphs in place, on the job's thread
         self.wrapped = 0  # graphs wrapped so far
         self.missed = 0  # compiles whose frame could not be found (a torch that moved its compiler)
         self.on: bool | None = None  # None: not yet known (Dynamo is imported by the first compile)
+        self.timing = True  # a window is open: timing wrappers in place
+        # (ns the closed windows were open, when the open one opened or 0):
+        # one tuple, so the sender thread reads both at once
+        self.span: tuple[int, int] = (0, time.perf_counter_ns())
+        self._lock = threading.Lock()  # a compile on another thread than the job's
+        self._second = 0
+        self._last: tuple[int, int] | None = None  # (ns, calls) at the last check
+
+    def read(self) -> list[tuple[CodeKey, int, int]]:
+        """Per frame: (key, calls, timed ns); from any thread."""
+        return [(key, frame.calls(), frame.ns[0]) for key, frame in list(self.frames.items())]
+
+    def timed_span(self, now: int) -> int:
+        """The ns the timing windows have been open, up to ``now``."""
+        closed, since = self.span
+        return closed + (now - since if since else 0)
 
     def _can_wrap(self) -> bool:
         if self.on is None:
@@ -69,7 +146,7 @@ class GraphCalls:
             # compiled frame, for a new frame to compile.
             skip_code = getattr(sys.modules.get("torch._dynamo.eval_frame"), "skip_code", None)
             try:
-                skip_code(_timed(len, [0, 0]).__code__)  # type: ignore[misc]  # all wrappers share one code object
+                skip_code(_timed(len, [0]).__code__)  # type: ignore[misc]  # all wrappers share one code object
                 self.on = True
             except Exception:
                 self.on = False
@@ -77,7 +154,7 @@ class GraphCalls:
 
     def on_compile_end(self) -> None:
         """On the compiling thread, from the handler of the compile's
-        ``compilation_metrics`` record: wrap the graphs it installed."""
+        ``compilation_metrics`` record: count (and time) the graphs it installed."""
         if not self._can_wrap():
             return
         f: FrameType | None = sys._getframe(1)
@@ -99,23 +176,63 @@ class GraphCalls:
             if not self.wrapped:
                 self.on = False
             return
-        fresh = [
-            (name, fn)
-            for name, fn in ((name, scope.get(name)) for name in _graph_names(local, scope))
-            if fn is not None and getattr(fn, "__ctmon_graph__", None) is None
-        ]
-        if not fresh:
-            return  # a compile that made no graph (a frame with nothing to compile, a failed compile)
         key = (frame_code.co_filename, frame_code.co_firstlineno, frame_code.co_name)
-        row = self.rows.get(key)
-        if row is None:
-            if len(self.rows) >= MAX_FRAMES:
-                return
-            row = self.rows[key] = [0, 0]
-        for name, fn in fresh:
-            if callable(fn):
-                scope[name] = _timed(fn, row)
+        self.install(scope, _graph_names(local, scope), key)
+
+    def install(self, scope: dict[str, Any], names: list[str], key: CodeKey) -> None:
+        """Count (and, in a window, time) the graphs ``names`` of ``scope``,
+        under the compiled frame ``key``."""
+        with self._lock:
+            fresh = [
+                (name, fn)
+                for name, fn in ((name, scope.get(name)) for name in names)
+                if callable(fn) and not any(g.scope is scope and g.name == name for g in self.graphs)
+            ]
+            if not fresh:
+                return  # a compile that made no graph (a frame with nothing to compile, a failed compile)
+            frame = self.frames.get(key)
+            if frame is None:
+                if len(self.frames) >= MAX_FRAMES:
+                    return
+                frame = self.frames[key] = _Frame()
+            for name, fn in fresh:
+                counted = _counted(fn)
+                graph = _Graph(scope, name, counted, _timed(counted, frame.ns), frame)
+                frame.add(counted)
+                self.graphs.append(graph)
+                scope[name] = graph.timed if self.timing else counted
                 self.wrapped += 1
+
+    def on_second(self, now: int) -> None:
+        """On the job's thread, about once a second (the step clock's
+        check): let go of graphs Dynamo has, and open or close the window."""
+        calls = 0
+        with self._lock:
+            kept = []
+            for g in self.graphs:
+                held = g.scope.get(g.name)
+                if held is g.timed or held is g.counted:
+                    kept.append(g)
+                    calls += g.counted.cache_info().misses
+                else:  # Dynamo deleted (or replaced) the name: the graph is no longer its
+                    g.frame.let_go(g.counted)
+            self.graphs = kept
+            last, self._last = self._last, (now, calls)
+            if last is None or now <= last[0]:
+                return
+            self._second += 1
+            fast = (calls - last[1]) * 1e9 / (now - last[0]) > FAST_CALLS_PER_S
+            self._set(not fast or self._second % WINDOW_EVERY == 0, now)
+
+    def _set(self, timing: bool, now: int) -> None:
+        """Open or close the window (the lock held)."""
+        if timing == self.timing:
+            return
+        for g in self.graphs:
+            g.scope[g.name] = g.timed if timing else g.counted
+        closed, since = self.span
+        self.span = (closed, now) if timing else (closed + now - since, 0)
+        self.timing = timing
 
 
 def _graph_names(local: dict[str, Any], scope: dict[str, Any]) -> list[str]:

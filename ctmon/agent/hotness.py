@@ -30,12 +30,14 @@ thread wakes as often as without. Four samples a second make ~1,000 over a
 few minutes: a region's share to about ±1.5 points. On CUDA this is host
 time: where the CPU thread is, not what the GPU runs.
 
-Where the compiled graphs' calls are timed (ctmon/agent/graph_calls.py),
-each tick also reads their running totals: a frame's calls are sent as
-they come (a run's calls are all its calls), its graphs' nanoseconds ride
-with the tick's sample and count as it does, and so does the time since
-the tick before (``span``), the whole a timed share is taken of. A
-compiling sample's span and graph time are left out, as the sample is.
+Where the compiled graphs' calls are counted and timed
+(ctmon/agent/graph_calls.py), each tick also reads their running totals: a
+frame's calls are sent as they come (a run's calls are all its calls), its
+graphs' timed nanoseconds ride with the tick's sample and count as it does,
+and so does the time since the tick before that the graphs were timed in
+(``span``: the timing windows' part of it), the whole a timed share is
+taken of. A compiling sample's span and graph time are left out, as the
+sample is.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class Hotness:
         self._graph_seen: dict[CodeKey, list[int]] = {}  # [calls, ns] as last read
         self._graph_out: dict[CodeKey, list[int]] = {}  # [calls, ns in ended steps] not yet sent
         self._span_ns = 0  # time the committed samples stand for (compiling left out): the shares' whole
-        self._last_tick = time.perf_counter_ns()
+        now = time.perf_counter_ns()
+        self._last_mark = graphs.timed_span(now) if graphs is not None else now  # see _span
         self._main = threading.main_thread().ident
         self._lock = threading.Lock()
         self._counts = {"graph": 0, "glue": 0, "other": 0, "compiling": 0}
@@ -98,7 +101,7 @@ class Hotness:
         thread's schedule: ctmon/agent/channel.py)."""
         try:
             now = time.perf_counter_ns()
-            span, self._last_tick = now - self._last_tick, now
+            span = self._span(now)
             graph_ns = self._read_graphs()
             n = self._steps()
             if n != self._at_step:  # a step ended: what was sampled during it is step time
@@ -109,6 +112,13 @@ class Hotness:
         except Exception:  # never let a sample disturb the job
             pass
         return INTERVAL_S * self._rnd.uniform(0.8, 1.2)
+
+    def _span(self, now: int) -> int:
+        """The ns since the tick before that the graphs were timed in (their
+        timing windows', where they are timed: graph_calls.py)."""
+        mark = self._graphs.timed_span(now) if self._graphs is not None else now
+        span, self._last_mark = mark - self._last_mark, mark
+        return max(0, span)
 
     def _kind(self, code: CodeType) -> int:
         k = self._kinds.get(code)
@@ -136,9 +146,9 @@ class Hotness:
         out: dict[CodeKey, int] = {}
         seen = self._graph_seen
         with self._lock:
-            for key, (calls, ns) in list(graphs.rows.items()):  # list(): one C call, safe against the job's inserts
+            for key, calls, ns in graphs.read():
                 last = _row(seen, key)
-                if calls != last[0]:
+                if calls > last[0]:
                     _row(self._graph_out, key)[0] += calls - last[0]
                     last[0] = calls
                 if ns != last[1]:

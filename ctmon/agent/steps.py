@@ -39,7 +39,7 @@ RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 OFF = RANK_API + 1  # above every source: every boundary is ignored
 _NAMES = protocol.STEP_SOURCES
 
-CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel
+CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel (_check)
 
 _now = time.perf_counter_ns
 
@@ -82,6 +82,7 @@ class StepClock:
         "probe_device",
         "is_compiling",
         "generation",
+        "each_second",
         "_later",
     )
 
@@ -108,6 +109,9 @@ class StepClock:
         # Tells a generate() call's tokens (ctmon/agent/generation.py); armed
         # once the job imports transformers' generation utilities.
         self.generation: GenerationWatch | None = None
+        # Run on the job's thread at the once-a-second check (the graphs'
+        # timing windows: ctmon/agent/graph_calls.py).
+        self.each_second: Callable[[int], None] | None = None
         # The ring's words, header and slots in one view (one object to
         # touch); until a ring is attached, a harmless stand-in.
         self._words: Any = [0] * (HEADER_WORDS + 1)
@@ -190,6 +194,12 @@ class StepClock:
             self._later = None
             self.attach_ring(later)
             self.rank = -1
+        each_second = self.each_second
+        if each_second is not None:
+            try:
+                each_second(t)
+            except Exception:
+                pass  # the job's step goes ahead regardless
         if self.timer is None:
             try:
                 timer = self.probe_device()

@@ -175,6 +175,8 @@ def install(agent: Agent, torch: Any) -> None:
     # main thread sampled (CTMON_HOTNESS=0: off)
     hot = os.environ.get("CTMON_HOTNESS", "1") != "0"
     graphs = GraphCalls() if hot else None
+    if graphs is not None:
+        clock.each_second = graphs.on_second  # the graphs' timing windows, on the job's thread
 
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)
