@@ -10,6 +10,8 @@ between the variants so drift cancels:
 
 * ``hook``: ctmon's optimizer post-hook, its step clock writing into a real
   step ring (no sender: the clock's hot path only);
+* ``hook_counting``: the same hook on a clock in a counting stretch (what
+  a fast loop pays three seconds in four);
 * ``mark``: the clock's ``mark`` alone, as the hook calls it;
 * ``store``: one store into the ring's slots; ``publish``: that and the
   store of the write index into the ring's header;
@@ -44,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from hook_cost import median_ci  # noqa: E402
 
+from ctmon.agent import steps  # noqa: E402
 from ctmon.agent.channel import Channel  # noqa: E402
 from ctmon.agent.graph_calls import _counted, _timed  # noqa: E402
 from ctmon.agent.steps import RANK_OPTIMIZER, StepClock  # noqa: E402
@@ -73,12 +76,19 @@ def loop(depth: int, evict: str) -> tuple[torch.optim.Optimizer, Callable[[], No
     return opt, (train if evict == "train" else opt.step)
 
 
-def variants(ring_dir: str) -> dict[str, Hook]:
+def variants(ring_dir: str, opt: torch.optim.Optimizer) -> dict[str, Hook]:
+    steps.FAST_STEPS_PER_S = 1 << 62  # the timing clock times every boundary, however fast
     clock = StepClock(Channel(None))
     ring = StepRing.create(os.path.join(ring_dir, "steps.ring"))
     clock.attach_ring(ring)
     mark = clock.mark
     slots, header, mask = ring.slots, ring.header, ring.mask
+    # the same hook on a clock in a counting stretch (a fast loop's three
+    # seconds in four: ctmon/agent/steps.py), one that never ends
+    counting = StepClock(Channel(None))
+    counting.attach_ring(StepRing.create(os.path.join(ring_dir, "counting.ring")))
+    counting.mark(RANK_OPTIMIZER)
+    counting._counting, counting._counting_opt = RANK_OPTIMIZER, opt
     at = [0]
 
     def nothing(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -122,6 +132,7 @@ def variants(ring_dir: str) -> dict[str, Hook]:
         "graph_counted": graph_counted,
         "graph_timed": graph_timed,
         "hook": clock.optimizer_hook(),
+        "hook_counting": counting.optimizer_hook(),
         "mark": mark_only,
         "store": store,
         "publish": publish,
@@ -151,7 +162,7 @@ def main() -> None:
     torch.set_num_threads(1)
     opt, step = loop(a.depth, a.evict)
     with tempfile.TemporaryDirectory() as ring_dir:
-        hooks = variants(ring_dir)
+        hooks = variants(ring_dir, opt)
         for hook in hooks.values():
             block(opt, step, hook, a.calls)  # warm: the interpreter specialises each
         medians: dict[str, list[float]] = {name: [] for name in hooks}

@@ -17,9 +17,10 @@ clocks) cancels:
   ``timer`` (the hooks and the device timer), ``graphs`` (the graphs'
   counters, as outside a timing window), ``timed`` (their timing wrappers,
   as inside one), and ``floor``: a post-hook that does nothing, what any
-  Python hook costs. In ``path`` the graphs' timing windows open one
-  second in four, as in a fast loop (this loop's arms would otherwise
-  dilute the call rate that decides it).
+  Python hook costs. In ``path`` and ``hook`` the step clock counts three
+  seconds in four and times the fourth, and in ``path`` the graphs' timing
+  windows open one second in four, as in a fast loop (this loop's arms
+  would otherwise dilute the rates that decide it).
 * **The sender's wakes** (the flush, the hotness sample, the GIL changing
   hands). Phase 2 runs everything (``all``) with each wake's start (the
   sender holding the GIL again) and end logged, between stretches of the
@@ -204,9 +205,13 @@ def job(args: argparse.Namespace) -> None:
     import torch
     from hook_cost_job import Switch, issue_share, sized
 
-    from ctmon.agent import graph_calls
+    from ctmon.agent import graph_calls, steps
 
-    graph_calls.FAST_CALLS_PER_S = 0  # windows one second in four, whatever the arms leave of the call rate
+    # The graphs timed one second in four and the steps counted three in
+    # four, as in a fast loop, whatever the arms leave of the rates that
+    # decide it and from the start.
+    graph_calls.FAST_CALLS_PER_S = 0
+    steps.FAST_STEPS_PER_S, steps.WARM_NS = 0, 0
     torch.set_num_threads(1)
     step, cmodel, size, _ = sized(args.loop, args.device, args.step_ms, args.task, args.mode, args.size)
     switch = Switch(cmodel)
@@ -231,6 +236,7 @@ def job(args: argparse.Namespace) -> None:
         part = rnd.choice(parts)
         for arm in [part, "off"] if rnd.random() < 0.5 else ["off", part]:
             put_arm(switch, arm)
+            switch.clock.end_count()  # the sender's part, the sender asleep (a chunk's first steps are left out)
             path_arms.append(arm)
             for _ in range(args.chunk):
                 step()

@@ -42,7 +42,7 @@ class Agent:
         self.channel.periodic = self._periodic
         self.torch_installed = False
         self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
-        self._periodic_hooks: list[Any] = []
+        self._periodic_hooks: list[Any] = [self.clock.end_count]  # ends the clock's counting stretches
         self.final_hooks: list[Any] = []  # their events are sent at exit, whatever their pace
 
     # ---- records -> events (sender thread) ----
@@ -119,6 +119,7 @@ class Agent:
     def close(self) -> None:
         _api._step_impl = None
         try:
+            self.clock.flush_counted()
             self.generation.flush()
             ev = uncaught_event()
             if ev is not None:
@@ -137,6 +138,7 @@ class Agent:
         if ch.disabled or sock is None or os.getpid() != ch.pid:
             return
         try:
+            self.clock.flush_counted()
             for hook in self.final_hooks:
                 ch.put_last(("call", hook))
             sock.settimeout(EXEC_FLUSH_TIMEOUT_S)

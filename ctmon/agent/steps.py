@@ -20,6 +20,15 @@ two stores into a shared-memory ring (ctmon/wire/ring.py) that the supervisor
 drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job. On
 CUDA the host clock measures launch time, not device time; a DeviceTimer
 (ctmon/agent/device_timer.py) times some boundaries on the device.
+
+Where boundaries come faster than 200 a second (a host-bound loop, whose
+every µs is the job's), after the first 20 s the clock times one second and
+counts the next three (``_pace``): every boundary is counted, and a
+stretch's count and last time go into the ring as one marker at its end.
+The steps inside a stretch have no interval of their own (the store keeps
+them as unknown); the step that ends it does. A job killed by SIGKILL or
+``os._exit`` mid-stretch loses that stretch's count (at most 3 s of steps);
+a normal exit, an exception and ``exec`` write it.
 """
 
 from __future__ import annotations
@@ -33,13 +42,19 @@ from ctmon.agent.channel import Channel
 from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.generation import GenerationWatch
 from ctmon.wire import protocol
-from ctmon.wire.ring import HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
+from ctmon.wire.ring import GAP, HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 OFF = RANK_API + 1  # above every source: every boundary is ignored
 _NAMES = protocol.STEP_SOURCES
 
 CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel (_check)
+# Counting stretches (see mark): once the clock has run WARM_NS, where
+# boundaries come faster than FAST_STEPS_PER_S, one second in four is timed
+# and the other three are counted.
+WARM_NS = 20_000_000_000
+FAST_STEPS_PER_S = 200
+COUNT_NS = 3_000_000_000
 
 _now = time.perf_counter_ns
 
@@ -63,6 +78,10 @@ class StepClock:
     # been evicted by the step between two calls, and costs a cache miss
     # (benchmarks/hook_cold.py).
     __slots__ = (
+        "_counting_opt",
+        "_counted",
+        "_counted_at",
+        "_counting",
         "rank",
         "depth",
         "_opt_key",
@@ -84,6 +103,8 @@ class StepClock:
         "generation",
         "each_second",
         "_later",
+        "_rate_at",
+        "_count_since",
     )
 
     def __init__(self, channel: Channel) -> None:
@@ -119,15 +140,26 @@ class StepClock:
         self._w = 0  # the ring's write index
         self._base = 0  # the write index of the current source's first boundary
         self._later: StepRing | None = None  # a ring to swap in at the next boundary
+        # A counting stretch: the source it counts (-1: none) and, where
+        # that is an optimizer stepped eagerly, that optimizer (for the
+        # hook's own check); the sender thread ends it by setting both to
+        # none. Its boundaries, not yet in the ring, and the last one's
+        # time; when it began; and (time, count) at the last check, for the rate.
+        self._counting = -1
+        self._counting_opt: Any = None
+        self._counted = 0
+        self._counted_at = 0
+        self._count_since = 0
+        self._rate_at: tuple[int, int] | None = None
 
     @property
     def count(self) -> int:
         """Boundaries accepted from the current source."""
-        return self._w - self._base
+        return self._w - self._base + self._counted
 
     @count.setter
     def count(self, value: int) -> None:
-        self._base = self._w - value
+        self._base = self._w + self._counted - value
 
     def stop(self) -> None:
         """No boundary from now on (a forked child shares the parent's ring)."""
@@ -146,9 +178,17 @@ class StepClock:
     # ---- the hot path ----
 
     def mark(self, rank: int) -> None:
+        if self._counting == rank:
+            # A counting stretch (fast loops, see _pace): the boundary is
+            # counted and its time kept, no store into the ring.
+            self._counted += 1
+            self._counted_at = _now()
+            return
         t = _now()
         if rank < self.rank:
             return
+        if self._counted:
+            self._end_count(t)
         if t >= self._next_check:
             self._check(t)
             if rank < self.rank:
@@ -163,6 +203,57 @@ class StepClock:
         timer = self.timer
         if timer is not None:
             timer.boundary(w - self._base, t)
+
+    def _end_count(self, t: int) -> None:
+        """The counting stretch into the ring: ``-(GAP + n)``, then its last
+        boundary's time (the next interval's start), published at once."""
+        n, self._counted = self._counted, 0
+        self._counting_opt, self._counting = None, -1
+        w = self._w
+        words = self._words
+        words[HEADER_WORDS + (w & self._mask)] = -(GAP + n)
+        words[HEADER_WORDS + ((w + 1) & self._mask)] = self._counted_at
+        self._w = w + 2
+        self._base -= n - 2  # the count grows by n, the write index by 2
+        words[W_INDEX] = w + 2
+        self._rate_at = (t, self._w - self._base)  # a second timed before the next stretch
+        if self.timer is not None:
+            self.timer.reset(_NAMES[self.rank])  # no device window spans the stretch
+
+    def _pace(self, t: int) -> None:
+        """At the check: where boundaries came faster than FAST_STEPS_PER_S
+        over the last second timed, count the next COUNT_NS of them instead
+        of timing each: a loop that fast is host-bound, and the ring's
+        stores are most of what the hook costs it (benchmarks/hook_cold.py).
+        The sender thread ends the stretch (``end_count``, at each flush,
+        held or not). Not in the first WARM_NS: a short run, and a long
+        one's start, are timed whole."""
+        count = self._w - self._base
+        at = self._rate_at
+        if at is None:
+            self._rate_at = (t, count)
+            self._count_since = t + WARM_NS  # no stretch before
+            return
+        if t - at[0] < CUDA_CHECK_NS // 2:
+            return  # just after a stretch: its check came due during it
+        self._rate_at = (t, count)
+        rate = (count - at[1]) * 1e9 / (t - at[0])
+        if rate > FAST_STEPS_PER_S and t >= self._count_since and self.rank >= 0:
+            self._count_since = t  # before _counting: the sender reads them the other way round
+            self._counting_opt = self._opt_ref() if self.rank == RANK_OPTIMIZER else None
+            self._counting = self.rank
+
+    def end_count(self) -> list[Any]:
+        """On the sender thread, at each flush: end a counting stretch that
+        has run COUNT_NS (the next boundary writes it into the ring)."""
+        if self._counting >= 0 and _now() - self._count_since >= COUNT_NS:
+            self._counting_opt, self._counting = None, -1
+        return []
+
+    def flush_counted(self) -> None:
+        """At exit (or exec): a counting stretch under way into the ring."""
+        if self._counted and self.rank != OFF:
+            self._end_count(_now())
 
     def _switch(self, rank: int) -> None:
         self.rank = rank
@@ -194,6 +285,8 @@ class StepClock:
             self._later = None
             self.attach_ring(later)
             self.rank = -1
+        else:
+            self._pace(t)
         each_second = self.each_second
         if each_second is not None:
             try:
@@ -231,9 +324,18 @@ class StepClock:
         is_compiling = self.is_compiling
         clock = self
         mark = self.mark
+        now = _now
 
         def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if is_compiling() or clock.depth or clock.rank > RANK_OPTIMIZER:
+            if is_compiling():
+                return
+            if clock._counting_opt is optimizer:
+                # mark's counting stretch, in as little code as it takes:
+                # cold, each line of it costs (benchmarks/hook_cold.py)
+                clock._counted += 1
+                clock._counted_at = now()
+                return
+            if clock.depth or clock.rank > RANK_OPTIMIZER:
                 return  # a compiled call in progress marks its own boundary
             key = id(optimizer)
             if clock._opt_key != key:

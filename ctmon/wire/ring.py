@@ -9,7 +9,10 @@ stores -- no syscall, no lock, no allocation.
 Layout (little-endian int64 words): ``[magic, version, capacity, write_index,
 source + 1, index of the source's switch slot, reserved x2, slot_0 .. slot_{capacity-1}]``. A slot holds a
 ``time.perf_counter_ns()`` value (CLOCK_MONOTONIC, the same clock in every
-process on the machine) or, when negative, a source switch ``-(rank + 1)``.
+process on the machine) or, when negative, a source switch ``-(rank + 1)``,
+or ``-(GAP + n)``: n boundaries counted, not timed (a counting stretch of a
+fast loop: ctmon/agent/steps.py), the next slot holding the last one's time
+(a boundary, as any other, but that nothing times the interval before it).
 The writer stores the slot, then the new write index; the reader reads the
 index, then the slots below it. If the reader falls a full ring behind, the
 oldest boundaries are lost and counted -- the writer never waits.
@@ -31,6 +34,7 @@ W_MAGIC, W_VERSION, W_CAPACITY, W_INDEX = 0, 1, 2, 3
 # The current step source (rank + 1; 0 before any) and the ring index of its
 # switch slot: lets the reader recover the source when that slot was lost.
 W_SOURCE, W_SOURCE_AT = 4, 5
+GAP = 1 << 16  # -(GAP + n): n boundaries counted, not timed; then the last one's time
 DEFAULT_CAPACITY = 1 << 20  # 8 MiB; ~10 s of 100k steps/s if the reader stalls
 
 
@@ -167,7 +171,9 @@ class StepDecoder:
     the same source (0 for the first, and after lost boundaries), with the
     wall time of the first one in the batch, so thousands of steps are one
     short line. Indices count boundaries since the source became the clock,
-    exactly as the agent counts them for its device-time windows.
+    exactly as the agent counts them for its device-time windows: a counting
+    stretch's boundaries too, which the next batch's ``i0`` skips (the store
+    keeps their intervals as unknown).
     """
 
     def __init__(self) -> None:
@@ -192,6 +198,7 @@ class StepDecoder:
             if source is not None and start is not None and start - lost <= source[1] < start:
                 # the switch slot itself was lost: the header says which source
                 # it was, and how many of its boundaries came before `start`
+                # (as many as slots, but for counting stretches among them)
                 rank = source[0]
                 self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
                 self.next_idx = start - source[1] - 1
@@ -201,6 +208,16 @@ class StepDecoder:
         first_ns = 0
         i0 = self.next_idx
         for v in values:
+            if v <= -GAP:
+                # A counting stretch of n boundaries: the first n - 1 have
+                # no time, the next value is the last one's (its interval
+                # unknown, the one after it known).
+                if batch:
+                    events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
+                    batch = []
+                self.next_idx += -v - GAP - 1
+                self.prev_ns = None
+                continue
             if v < 0:
                 if batch:
                     events.append(self._event(i0, first_ns, batch, now_wall, now_ns))

@@ -1,0 +1,124 @@
+"""A fast loop's counting stretches (ctmon/agent/steps.py): every boundary is
+counted, about one second in four is timed, and the step that ends a
+stretch keeps its interval -- through the ring, its decoder and the store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ctmon.agent import steps
+from ctmon.agent.channel import Channel
+from ctmon.agent.steps import RANK_API, RANK_OPTIMIZER, StepClock
+from ctmon.store import Session
+from ctmon.wire import protocol
+from ctmon.wire.ring import RingReader, StepDecoder, StepRing
+
+MS = 1_000_000
+SECOND = 1000 * MS
+
+
+class Host:
+    now = 10 * SECOND
+
+
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch) -> Host:
+    h = Host()
+    monkeypatch.setattr(steps, "_now", lambda: h.now)
+    return h
+
+
+@pytest.fixture
+def clock(tmp_path: Path) -> Iterator[tuple[StepClock, StepRing]]:
+    ring = StepRing.create(str(tmp_path / "steps.ring"), 1 << 16)
+    c = StepClock(Channel(None))
+    c.attach_ring(ring)
+    yield c, ring
+    ring.close()
+
+
+def _folded(ring: StepRing) -> Session:
+    """What the supervisor and the store make of the ring."""
+    values, lost = RingReader(ring).read()
+    session = Session()
+    for ev in StepDecoder().decode(values, lost, now_wall=1000.0, now_ns=Host.now + 3600 * SECOND):
+        session.apply(protocol.decode(protocol.encode(ev)))
+    return session
+
+
+def _run(clock: StepClock, host: Host, step: Any, n: int, every_ns: int) -> None:
+    """``n`` boundaries ``every_ns`` apart, the sender's flush every 250 ms."""
+    next_flush = host.now + 250 * MS
+    for _ in range(n):
+        host.now += every_ns
+        step()
+        if host.now >= next_flush:
+            clock.end_count()
+            next_flush += 250 * MS
+
+
+def test_a_fast_loop_is_counted_whole_and_timed_one_second_in_four(clock, host: Host) -> None:
+    c, ring = clock
+    _run(c, host, lambda: c.mark(RANK_API), 60_000, MS)  # 60 s of 1 ms steps
+    assert c.count == 60_000  # every boundary, with a stretch under way
+    c.flush_counted()  # at exit
+    folded = _folded(ring)
+    assert folded.steps.count == 60_000
+    known = folded.steps.current.intervals()
+    # the first 20 s timed whole, then ~1 s timed and 3 s counted: 20 + 40/4
+    assert 29_000 < len(known) < 31_500, len(known)
+    assert set(known) == {1.0}  # every known interval is a true one: none spans a stretch
+
+
+def test_a_slow_loop_is_timed_whole(clock, host: Host) -> None:
+    c, ring = clock
+    _run(c, host, lambda: c.mark(RANK_API), 4_000, 10 * MS)  # 40 s of 10 ms steps: 100 a second
+    assert len(_folded(ring).steps.current.intervals()) == 4_000 - 1
+
+
+def test_the_step_that_ends_a_stretch_keeps_its_interval(clock, host: Host) -> None:
+    c, ring = clock
+    _run(c, host, lambda: c.mark(RANK_API), 30_000, MS)
+    assert c._counting == RANK_API  # a stretch under way
+    host.now += 60 * SECOND  # a long step (a checkpoint)
+    c.end_count()  # the sender ends the stretch meanwhile
+    c.mark(RANK_API)
+    folded = _folded(ring)
+    assert folded.steps.current.last_interval_ms() == pytest.approx(60_000.0)
+    assert folded.steps.count == 30_001
+
+
+def test_the_optimizer_hook_counts_its_own_optimizer_only(clock, host: Host) -> None:
+    """A stretch counts the clock's optimizer in the hook's own short path;
+    a second optimizer (a GAN's) is still not counted."""
+    c, ring = clock
+    hook = c.optimizer_hook()
+    opt, other = (torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1) for _ in range(2))
+
+    def step() -> None:
+        hook(opt, (), {})
+        hook(other, (), {})
+
+    _run(c, host, step, 40_000, MS)
+    assert c._counting_opt is opt and c._counting == RANK_OPTIMIZER
+    c.flush_counted()
+    folded = _folded(ring)
+    assert folded.steps.count == 40_000 and folded.steps.source == "optimizer"
+    assert 22_000 < len(folded.steps.current.intervals()) < 26_000
+
+
+def test_a_higher_source_ends_a_stretch_and_takes_over(clock, host: Host) -> None:
+    c, ring = clock
+    _run(c, host, lambda: c.mark(RANK_OPTIMIZER), 30_000, MS)
+    assert c._counting == RANK_OPTIMIZER
+    host.now += MS
+    c.mark(RANK_API)  # the user calls ctmon.step() from here on
+    assert c._counting == -1 and c.rank == RANK_API and c.count == 1
+    values, _ = RingReader(ring).read()
+    last_opt = [e for e in StepDecoder().decode(values, 0, 1000.0, host.now) if e["src"] == "optimizer"][-1]
+    assert last_opt["i0"] + len(last_opt["ns"]) == 30_000  # the stretch's count went in before the switch
