@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 LATE_MS = (0.05, 0.5)  # a sample's lateness buckets: prompt, late, very late
 LATENESS_ON: list[bool] = []  # non-empty while the profiled steps run
@@ -123,7 +124,9 @@ def job(args: argparse.Namespace) -> None:
         hotness.INTERVAL_S = 1.0 / args.hz
     except ImportError:
         pass
+    graphs = _graph_calls()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        open0 = graphs.timed_span(time.perf_counter_ns()) if graphs is not None else 0
         t0 = time.perf_counter()
         LATENESS_ON.append(True)
         for _ in range(args.steps):
@@ -131,6 +134,9 @@ def job(args: argparse.Namespace) -> None:
         if dev == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        # how much of the profiled time ctmon's graph timing windows were
+        # open (graph_calls.py: all of it where graphs are called slowly, else ~1/4)
+        open_s = (graphs.timed_span(time.perf_counter_ns()) - open0) / 1e9 if graphs is not None else None
         LATENESS_ON.clear()
     regions = []
     backward = 0.0
@@ -148,12 +154,23 @@ def job(args: argparse.Namespace) -> None:
         json.dump(
             {
                 "wall_s": wall,
+                "timing_open_share": None if open_s is None else round(open_s / wall, 3),
                 "frames": {k: v / wall for k, v in per_frame.items()},
                 "backward_share": backward / wall,
                 "lateness": lateness,
             },
             f,
         )
+
+
+def _graph_calls() -> Any:
+    """ctmon's GraphCalls in this job (None: not under ctmon, hotness off)."""
+    try:
+        import ctmon
+
+        return getattr(ctmon._api._step_impl.__self__.each_second, "__self__", None)  # type: ignore[union-attr]
+    except (ImportError, AttributeError):
+        return None
 
 
 def driver(args: argparse.Namespace) -> None:
@@ -196,6 +213,7 @@ def driver(args: argparse.Namespace) -> None:
         "ctmon_glue_share": (rep["steps"]["runtime"] or {}).get("glue_share"),
         "profiler_regions_share": round(forward, 4),
         "profiler_backward_share": round(theirs["backward_share"], 4),
+        "graph_timing_open_share": theirs.get("timing_open_share"),
         "findings": [f["title"] for f in rep["findings"] if f["rule"] == "eager-glue"],
         "samples_by_lateness_ms": {"buckets": ["<0.05", "0.05-0.5", ">=0.5"], **(theirs.get("lateness") or {})},
     }

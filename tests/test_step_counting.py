@@ -14,6 +14,8 @@ import torch
 from ctmon.agent import steps
 from ctmon.agent.channel import Channel
 from ctmon.agent.steps import RANK_API, RANK_OPTIMIZER, StepClock
+from ctmon.report.build import build_report
+from ctmon.report.text import summary_lines
 from ctmon.store import Session
 from ctmon.wire import protocol
 from ctmon.wire.ring import RingReader, StepDecoder, StepRing
@@ -73,12 +75,18 @@ def test_a_fast_loop_is_counted_whole_and_timed_one_second_in_four(clock, host: 
     # the first 20 s timed whole, then ~1 s timed and 3 s counted: 20 + 40/4
     assert 29_000 < len(known) < 31_500, len(known)
     assert set(known) == {1.0}  # every known interval is a true one: none spans a stretch
+    report = build_report(folded)
+    assert report["steps"]["count"] == 60_000 and report["steps"]["timed"] == len(known)
+    line = next(x for x in summary_lines(report) if "steps (api)" in x)
+    assert f"from {len(known):,} timed" in line, line
 
 
 def test_a_slow_loop_is_timed_whole(clock, host: Host) -> None:
     c, ring = clock
     _run(c, host, lambda: c.mark(RANK_API), 4_000, 10 * MS)  # 40 s of 10 ms steps: 100 a second
-    assert len(_folded(ring).steps.current.intervals()) == 4_000 - 1
+    report = build_report(_folded(ring))
+    assert report["steps"]["timed"] == 4_000 - 1
+    assert " timed)" not in next(x for x in summary_lines(report) if "steps (api)" in x)
 
 
 def test_the_step_that_ends_a_stretch_keeps_its_interval(clock, host: Host) -> None:

@@ -62,6 +62,8 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "devices": [_fields(d) for d in s.meta.devices],
         "steps": {
             "count": None if traced else (st.count if st else 0),
+            # the intervals the statistics are over: in a fast loop, a second in four (agent/steps.py)
+            "timed": st.intervals if st else 0,
             "source": s.steps.source,
             "device_timed": bool(s.steps.current and s.steps.current.device_windows),
             "p50_ms": _r(st.p50_ms if st else None, 4),

@@ -116,6 +116,9 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
     lines = [f"ctmon: {name} {exit_text(r)}{dur}"]
     if st["count"]:
         timing = "device-timed" if st.get("device_timed") else "host-timed"
+        timed = st.get("timed")
+        if timed is not None and timed < 0.9 * (st["count"] - 1):
+            timing += f", from {timed:,} timed"  # a fast loop's counting stretches (docs/REPORT.md)
         lines.append(
             f"ctmon: {st['count']} steps ({st['source']}): p50 {fmt_ms(st['p50_ms'])}, "
             f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing})"
