@@ -88,7 +88,12 @@ class Hotness:
         self._lock = threading.Lock()
         self._counts = {"graph": 0, "glue": 0, "other": 0, "compiling": 0}
         self._frames: dict[tuple[str, int, str], list[int]] = {}  # code -> [graph, glue]
-        self._kinds: dict[CodeType, int] = {}  # 1: compiled frame, 2: PyTorch's runtime, 3: compiler, 0: other
+        # id(code) -> (kind, code): 1 compiled frame, 2 PyTorch's runtime, 3
+        # compiler, 0 other. Keyed by id: a code object's hash is computed
+        # anew each time from its fields (~0.5 µs for a large function's, a
+        # few for each frame of a walk); the code is held, so its id is not
+        # reused while it is here.
+        self._kinds: dict[int, tuple[int, CodeType]] = {}
         # samples of the step under way: where, the compiled frame, the ns
         # since the tick before, each frame's graph ns in them
         self._pending: list[tuple[str, CodeKey | None, int, dict[CodeKey, int] | None]] = []
@@ -121,19 +126,20 @@ class Hotness:
         return max(0, span)
 
     def _kind(self, code: CodeType) -> int:
-        k = self._kinds.get(code)
-        if k is None:
-            f = code.co_filename
-            if any(n.startswith("__compiled_fn") for n in code.co_names):
-                k = 1
-            elif f.endswith(_COMPILER):
-                k = 3
-            elif any(p in f for p in _GRAPH_BODY) or "torchinductor" in f or f.startswith("<eval_with_key>"):
-                k = 2
-            else:
-                k = 0
-            if len(self._kinds) < 50_000:
-                self._kinds[code] = k
+        known = self._kinds.get(id(code))
+        if known is not None:
+            return known[0]
+        f = code.co_filename
+        if any(n.startswith("__compiled_fn") for n in code.co_names):
+            k = 1
+        elif f.endswith(_COMPILER):
+            k = 3
+        elif any(p in f for p in _GRAPH_BODY) or "torchinductor" in f or f.startswith("<eval_with_key>"):
+            k = 2
+        else:
+            k = 0
+        if len(self._kinds) < 50_000:
+            self._kinds[id(code)] = (k, code)
         return k
 
     def _read_graphs(self) -> dict[CodeKey, int] | None:
