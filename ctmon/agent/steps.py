@@ -164,6 +164,7 @@ class StepClock:
     def stop(self) -> None:
         """No boundary from now on (a forked child shares the parent's ring)."""
         self.rank = OFF
+        self._counting_opt, self._counting = None, -1  # nor a count
 
     def attach_ring(self, ring: StepRing) -> None:
         self._words, self._mask = ring.words, ring.mask
