@@ -208,6 +208,7 @@ def test_scrapes_while_the_run_ends_never_hold_it_up(tmp_path):
         text=True,
     )
     outcomes: list[str] = []
+    odd: list[str] = []  # the bodies of scrapes without ctmon_steps
     stop = threading.Event()
 
     def hammer() -> None:
@@ -216,6 +217,8 @@ def test_scrapes_while_the_run_ends_never_hold_it_up(tmp_path):
                 body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
                 names = {f.name for f in text_string_to_metric_families(body)}
                 outcomes.append("ok" if "ctmon_steps" in names else "incomplete")
+                if "ctmon_steps" not in names:
+                    odd.append(body[:2000])  # what it was, for the assertion's message
             except urllib.error.HTTPError as e:
                 outcomes.append(f"http {e.code}")
             except (OSError, http.client.HTTPException):
@@ -249,5 +252,5 @@ def test_scrapes_while_the_run_ends_never_hold_it_up(tmp_path):
     assert ended_s < 15, ended_s
     assert "Traceback" not in err, err
     assert outcomes.count("ok") > 3 and outcomes[-1] == "refused", outcomes[-5:]
-    assert set(outcomes) <= {"ok", "refused"}, set(outcomes)
+    assert set(outcomes) <= {"ok", "refused"}, (set(outcomes), odd[:2])
     assert json.loads(ctmon("report", str(rec), "--json").stdout)["steps"]["count"] == 30
