@@ -18,7 +18,7 @@ from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
 from ctmon.wire import protocol
-from ctmon.wire.ring import RingReader, StepDecoder, StepRing
+from ctmon.wire.ring import GAP, RingReader, StepDecoder, StepRing
 
 MS = 1_000_000
 SECOND = 1000 * MS
@@ -130,3 +130,72 @@ def test_a_higher_source_ends_a_stretch_and_takes_over(clock, host: Host) -> Non
     values, _ = RingReader(ring).read()
     last_opt = [e for e in StepDecoder().decode(values, 0, 1000.0, host.now) if e["src"] == "optimizer"][-1]
     assert last_opt["i0"] + len(last_opt["ns"]) == 30_000  # the stretch's count went in before the switch
+
+
+def _read_as_the_supervisor(reader: RingReader, decoder: StepDecoder, session: Session) -> int:
+    """One drain, as ctmon/launch/intake.py does it: the boundaries lost in it."""
+    values, lost = reader.read()
+    now_ns = Host.now + 3600 * SECOND
+    for ev in decoder.decode(values, lost, 1000.0, now_ns, reader.start, reader.source(), reader.anchor()):
+        session.apply(protocol.decode(protocol.encode(ev)))
+    return decoder.lost_steps if lost else 0
+
+
+def _fast_loop(ring: StepRing, host: Host, early_read: Any = None) -> StepClock:
+    """10 boundaries (then ``early_read()``), then 60 s of 1 ms steps and
+    the stretch under way written, as at exit."""
+    host.now = 10 * SECOND
+    c = StepClock(Channel(None))
+    c.attach_ring(ring)
+    _run(c, host, lambda: c.mark(RANK_API), 10, MS)
+    if early_read is not None:
+        early_read()
+    _run(c, host, lambda: c.mark(RANK_API), 60_000, MS)
+    c.flush_counted()
+    return c
+
+
+@pytest.mark.parametrize("switch_read", [True, False], ids=["switch-slot-read", "switch-slot-lost"])
+def test_a_ring_overflow_over_counting_stretches_keeps_numbering_and_counts_the_lost(
+    tmp_path: Path, host: Host, switch_read: bool
+) -> None:
+    """The supervisor falls a whole ring behind while the job counts: the
+    lost slots hold stretch markers (one slot, thousands of boundaries each).
+    The boundaries left are numbered where they truly are, and the lost ones
+    counted exactly: against a ring large enough to lose nothing."""
+    whole = StepRing.create(str(tmp_path / "whole.ring"), 1 << 16)
+    _fast_loop(whole, host)
+    truth, _ = RingReader(whole).read()
+
+    ring = StepRing.create(str(tmp_path / "small.ring"), 1 << 12)  # 4,096 slots
+    reader, decoder, session = RingReader(ring), StepDecoder(), Session()
+    lost = [0]
+
+    def read() -> None:
+        lost[0] += _read_as_the_supervisor(reader, decoder, session)
+
+    c = _fast_loop(ring, host, read if switch_read else None)
+    read()
+    assert reader.lost > 20_000  # slots, a dozen stretch markers among them
+    assert sum(v <= -GAP for v in truth[: reader.start]) >= 5
+    true_idx = StepDecoder()
+    true_idx.decode(truth[: reader.start], 0, 0.0, 0)  # the index of the first slot kept
+    read_early = 10 if switch_read else 0
+    assert lost[0] == true_idx.next_idx - read_early
+    assert session.steps.count == c.count == 60_010
+    assert session.steps.source == "api"
+    host.now += 10 * MS
+    c.mark(RANK_API)  # and the next drain goes on from there
+    read()
+    assert session.steps.count == 60_011
+
+
+def test_without_an_anchor_a_loss_counts_slots_as_before() -> None:
+    """A ring whose writer never anchored (or anchored past what was read):
+    each lost slot is one boundary, as the decoder always assumed."""
+    d = StepDecoder()
+    d.decode([-(RANK_API + 1), 100, 200], 0, 0.0, 0)
+    (ev,) = d.decode([900, 1000], 5, 0.0, 0, start=8, source=(RANK_API, 0), anchor=None)
+    assert ev["i0"] == 2 + 5 and d.lost_steps == 5
+    (ev,) = d.decode([1100], 3, 0.0, 0, start=13, source=(RANK_API, 0), anchor=(20, 99))
+    assert ev["i0"] == 9 + 3 and d.lost_steps == 3

@@ -42,7 +42,7 @@ from ctmon.agent.channel import Channel
 from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.generation import GenerationWatch
 from ctmon.wire import protocol
-from ctmon.wire.ring import GAP, HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing
+from ctmon.wire.ring import GAP, HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing, set_anchor
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 OFF = RANK_API + 1  # above every source: every boundary is ignored
@@ -216,6 +216,7 @@ class StepClock:
         words[HEADER_WORDS + ((w + 1) & self._mask)] = self._counted_at
         self._w = w + 2
         self._base -= n - 2  # the count grows by n, the write index by 2
+        set_anchor(words, w + 1, w + 1 - self._base)  # a reader that lost these slots still knows the count
         words[W_INDEX] = w + 2
         self._rate_at = (t, self._w - self._base)  # a second timed before the next stretch
         if self.timer is not None:
@@ -264,6 +265,7 @@ class StepClock:
         words[W_SOURCE] = rank + 1  # survives the slot being overwritten
         words[W_SOURCE_AT] = w
         self._w = self._base = w + 1
+        set_anchor(words, w + 1, 0)  # its first boundary, in the next slot
         words[W_INDEX] = w + 1
         if self.timer is not None:
             self.timer.reset(_NAMES[rank])

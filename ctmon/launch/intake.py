@@ -215,16 +215,15 @@ class Intake:
         if not values and not lost:
             return
         now_wall, now_ns = time.time(), time.perf_counter_ns()
-        for ev in r.decoder.decode(values, lost, now_wall, now_ns, r.reader.start, r.reader.source()):
+        reader = r.reader
+        events = r.decoder.decode(values, lost, now_wall, now_ns, reader.start, reader.source(), reader.anchor())
+        for ev in events:
             i0 = ev["i0"] + (r.offset if r.offset and ev["src"] == r.follows_src else 0)
             self.emit(E.Steps(t=ev["t"], src=ev["src"], i0=i0, ns=ev["ns"], rank=r.rank))
         if lost:
-            # a lost switch slot is not a lost step
-            src = r.reader.source()
-            start = r.reader.start
-            if src is not None and start - lost <= src[1] < start:
-                lost -= 1
-            self.steps_lost += lost
+            # the boundaries the lost slots held (a counting stretch's marker
+            # holds many, a source switch's none)
+            self.steps_lost += r.decoder.lost_steps
             self.emit(E.Drops(t=now_wall, steps=self.steps_lost))
 
     def close(self) -> None:

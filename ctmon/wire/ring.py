@@ -7,7 +7,7 @@ recording keeps every step up to the crash, and the hot path is two integer
 stores -- no syscall, no lock, no allocation.
 
 Layout (little-endian int64 words): ``[magic, version, capacity, write_index,
-source + 1, index of the source's switch slot, reserved x2, slot_0 .. slot_{capacity-1}]``. A slot holds a
+source + 1, index of the source's switch slot, anchor_at, anchor_index, slot_0 .. slot_{capacity-1}]``. A slot holds a
 ``time.perf_counter_ns()`` value (CLOCK_MONOTONIC, the same clock in every
 process on the machine) or, when negative, a source switch ``-(rank + 1)``,
 or ``-(GAP + n)``: n boundaries counted, not timed (a counting stretch of a
@@ -16,6 +16,14 @@ fast loop: ctmon/agent/steps.py), the next slot holding the last one's time
 The writer stores the slot, then the new write index; the reader reads the
 index, then the slots below it. If the reader falls a full ring behind, the
 oldest boundaries are lost and counted -- the writer never waits.
+
+A slot is one boundary but for a counting stretch's marker, so after a loss
+the slots lost do not say how many boundaries were. The anchor does: the
+ring index of a boundary and its index among its source's boundaries,
+written at each source switch and each stretch's end (never on the hot
+path). The writer stores ``anchor_at = -1``, the index, then ``anchor_at``;
+a reader that reads ``anchor_at`` the same before and after the index has a
+consistent pair.
 
 Stdlib only: imported by the agent (inside the job) and the supervisor.
 """
@@ -34,6 +42,9 @@ W_MAGIC, W_VERSION, W_CAPACITY, W_INDEX = 0, 1, 2, 3
 # The current step source (rank + 1; 0 before any) and the ring index of its
 # switch slot: lets the reader recover the source when that slot was lost.
 W_SOURCE, W_SOURCE_AT = 4, 5
+# (ring index, boundary index) of one boundary of the current source: the
+# reader's way back to exact indices after slots were lost (see above).
+W_ANCHOR_AT, W_ANCHOR_IDX = 6, 7
 GAP = 1 << 16  # -(GAP + n): n boundaries counted, not timed; then the last one's time
 DEFAULT_CAPACITY = 1 << 20  # 8 MiB; ~10 s of 100k steps/s if the reader stalls
 
@@ -68,6 +79,7 @@ class StepRing:
         ring.header[W_VERSION] = VERSION
         ring.header[W_CAPACITY] = capacity
         ring.header[W_INDEX] = 0
+        ring.header[W_ANCHOR_AT] = -1  # none yet
         return ring
 
     @classmethod
@@ -123,6 +135,17 @@ class RingReader:
         rank, at = hdr[W_SOURCE] - 1, hdr[W_SOURCE_AT]
         return (rank, at) if rank >= 0 else None
 
+    def anchor(self) -> tuple[int, int] | None:
+        """(ring index, boundary index) the writer last anchored, if a
+        consistent pair can be read (the writer may be storing it now)."""
+        hdr = self.ring.header
+        for _ in range(3):
+            at = hdr[W_ANCHOR_AT]
+            idx = hdr[W_ANCHOR_IDX]
+            if at >= 0 and hdr[W_ANCHOR_AT] == at:
+                return at, idx
+        return None
+
     def read(self) -> tuple[list[int], int]:
         """Returns (values, lost_before_values)."""
         ring = self.ring
@@ -154,6 +177,35 @@ class RingReader:
         return values, lost
 
 
+def _index_at(values: list[int], start: int, anchor: tuple[int, int]) -> int | None:
+    """The boundary index of the slot at ring index ``start`` (values[0]),
+    from the anchor, or None where the anchor cannot say (a source switch
+    lies between them, or the writer anchored past what was read)."""
+    at, idx = anchor
+    if at <= start:
+        # no stretch and no switch since the anchor (either would have
+        # moved it): every slot from it to start is one boundary
+        return idx + start - at
+    if at > start + len(values):
+        return None
+    n = 0
+    for v in values[: at - start]:
+        if v >= 0:
+            n += 1
+        elif v <= -GAP:
+            n += -v - GAP - 1  # with the time slot after it: its n boundaries
+        else:
+            return None
+    return idx - n
+
+
+def set_anchor(words: Any, at: int, idx: int) -> None:
+    """The writer's side of the anchor (``words``: the ring's whole view)."""
+    words[W_ANCHOR_AT] = -1
+    words[W_ANCHOR_IDX] = idx
+    words[W_ANCHOR_AT] = at
+
+
 def release(obj: Any) -> None:
     close = getattr(obj, "close", None)
     if close is not None:
@@ -180,6 +232,7 @@ class StepDecoder:
         self.src = ""
         self.next_idx = 0
         self.prev_ns: int | None = None
+        self.lost_steps = 0  # boundaries the last decode's lost slots held
 
     def decode(
         self,
@@ -189,21 +242,35 @@ class StepDecoder:
         now_ns: int,
         start: int | None = None,
         source: tuple[int, int] | None = None,
+        anchor: tuple[int, int] | None = None,
     ) -> list[dict[str, Any]]:
         """``start``: ring index of values[0]; ``source``: the ring header's
-        (rank, switch index), used when boundaries were lost before it."""
+        (rank, switch index) and ``anchor`` its (ring index, boundary
+        index), used when slots were lost before ``start``."""
         events: list[dict[str, Any]] = []
+        self.lost_steps = 0
         if lost:
             self.prev_ns = None
+            before = self.next_idx
+            switch_at = None
             if source is not None and start is not None and start - lost <= source[1] < start:
                 # the switch slot itself was lost: the header says which source
                 # it was, and how many of its boundaries came before `start`
-                # (as many as slots, but for counting stretches among them)
-                rank = source[0]
+                # (as many as slots, unless the anchor says otherwise)
+                rank, switch_at = source
                 self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
-                self.next_idx = start - source[1] - 1
+                self.next_idx = start - switch_at - 1
             else:
-                self.next_idx += lost
+                self.next_idx += lost  # as many as slots, unless the anchor says otherwise
+            exact = _index_at(values, start, anchor) if start is not None and anchor is not None else None
+            if exact is not None:
+                self.next_idx = exact
+            if switch_at is not None and start is not None:
+                # the old source's last slots (a counting stretch among them
+                # unknown), then the new source's boundaries before start
+                self.lost_steps = switch_at - (start - lost) + self.next_idx
+            else:
+                self.lost_steps = max(0, self.next_idx - before)
         batch: list[int] = []
         first_ns = 0
         i0 = self.next_idx
