@@ -11,7 +11,7 @@ between the variants so drift cancels:
 * ``hook``: ctmon's optimizer post-hook, its step clock writing into a real
   step ring (no sender: the clock's hot path only);
 * ``hook_counting``: the same hook on a clock in a counting stretch (what
-  a fast loop pays three seconds in four);
+  a fast loop pays for six steps in seven);
 * ``mark``: the clock's ``mark`` alone, as the hook calls it;
 * ``store``: one store into the ring's slots; ``publish``: that and the
   store of the write index into the ring's header;

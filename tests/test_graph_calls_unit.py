@@ -62,6 +62,24 @@ def test_graphs_called_fast_are_timed_one_second_in_four() -> None:
     assert g.timed_span(T0 + 12 * SECOND) == 3 * SECOND and g.timed_span(T0 + 13 * SECOND) == 4 * SECOND
 
 
+def test_windows_keep_to_a_fourth_of_the_time_where_checks_come_unevenly() -> None:
+    """In a loop whose steps the clock counts, its checks come a second
+    apart, then three (a counting stretch has none): the windows are still
+    open a fourth of the time, not one check in four (which, opening at the
+    stretches, was 3 s in 8)."""
+    g, scope = _installed()
+    name = "__compiled_fn_0_x"
+    g.on_second(T0)
+    now = T0
+    for gap in [SECOND, 3 * SECOND] * 20:  # 80 s
+        for _ in range(gap // SECOND * 300):
+            scope[name]()  # type: ignore[operator]
+        now += gap
+        g.on_second(now)
+    share = (g.timed_span(now) - SECOND) / (now - T0 - SECOND)  # less the first second, timed before any check
+    assert 0.2 <= share <= 0.3, share
+
+
 def test_graphs_called_slowly_stay_timed() -> None:
     g, scope = _installed()
     name = "__compiled_fn_0_x"

@@ -16,7 +16,7 @@ function in the place of the names that bytecode loads, calling the original:
 
 Calls are exact. Host time is timed for the whole run where graphs are
 called fewer than FAST_CALLS_PER_S times a second (the wrapper then costs
-the job well under 0.1 %), else one second in every WINDOW_EVERY. A
+the job well under 0.1 %), else a WINDOW_EVERY-th of the time. A
 region's share is its graphs' timed nanoseconds over the time the windows
 were open (``timed_span``), a sample of the run as the sampler's is
 (ctmon/agent/hotness.py). Timing is exact where sampling is not: a sample
@@ -52,7 +52,8 @@ _CONVERT_FRAME = "/torch/_dynamo/convert_frame.py"
 MAX_DEPTH = 64  # the compile's frame sits ~10 frames above the trace handler
 MAX_FRAMES = 500  # compiled frames tracked, as the sampler (a recompile storm makes many)
 FAST_CALLS_PER_S = 200  # graph calls a second above which time is timed in windows
-WINDOW_EVERY = 4  # then one second in every four
+WINDOW_EVERY = 4  # then a fourth of the time
+MAX_OWED_NS = 8_000_000_000  # how much of its past the windows' share remembers
 
 CodeKey = tuple[str, int, str]
 
@@ -128,7 +129,9 @@ class GraphCalls:
         # one tuple, so the sender thread reads both at once
         self.span: tuple[int, int] = (0, time.perf_counter_ns())
         self._lock = threading.Lock()  # a compile on another thread than the job's
-        self._second = 0
+        # ns of window the fast calls are owed: what keeps the windows open a
+        # WINDOW_EVERY-th of the time where the checks come unevenly
+        self._owed = 0
         self._last: tuple[int, int] | None = None  # (ns, calls) at the last check
 
     def read(self) -> list[tuple[CodeKey, int, int]]:
@@ -220,9 +223,18 @@ class GraphCalls:
             last, self._last = self._last, (now, calls)
             if last is None or now <= last[0]:
                 return
-            self._second += 1
-            fast = (calls - last[1]) * 1e9 / (now - last[0]) > FAST_CALLS_PER_S
-            self._set(not fast or self._second % WINDOW_EVERY == 0, now)
+            dt = now - last[0]
+            if (calls - last[1]) * 1e9 / dt <= FAST_CALLS_PER_S:
+                self._owed = 0
+                self._set(True, now)
+                return
+            # The checks do not come once a second in a loop whose steps the
+            # clock counts (ctmon/agent/steps.py: a second timed, then three
+            # counted with no check), so a window is a share of the time, not
+            # of the checks: open while the windows so far are short of it.
+            owed = self._owed + dt // WINDOW_EVERY - (dt if self.timing else 0)
+            self._owed = max(-MAX_OWED_NS, min(MAX_OWED_NS, owed))
+            self._set(self._owed >= 0, now)
 
     def _set(self, timing: bool, now: int) -> None:
         """Open or close the window (the lock held)."""

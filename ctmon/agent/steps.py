@@ -50,11 +50,13 @@ _NAMES = protocol.STEP_SOURCES
 
 CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel (_check)
 # Counting stretches (see mark): once the clock has run WARM_NS, where
-# boundaries come faster than FAST_STEPS_PER_S, one second in four is timed
-# and the other three are counted.
+# boundaries come faster than FAST_STEPS_PER_S, TIMED_NS of them are timed,
+# then COUNT_NS counted, and so on: a seventh of them timed (the timed path
+# costs a host-bound step ~2.5 times the counting one, benchmarks/hook_cost_fine.py).
 WARM_NS = 20_000_000_000
 FAST_STEPS_PER_S = 200
 COUNT_NS = 3_000_000_000
+TIMED_NS = 500_000_000
 
 _now = time.perf_counter_ns
 
@@ -218,13 +220,13 @@ class StepClock:
         self._base -= n - 2  # the count grows by n, the write index by 2
         set_anchor(words, w + 1, w + 1 - self._base)  # a reader that lost these slots still knows the count
         words[W_INDEX] = w + 2
-        self._rate_at = (t, self._w - self._base)  # a second timed before the next stretch
+        self._rate_at = (t, self._w - self._base)  # TIMED_NS timed before the next stretch
         if self.timer is not None:
             self.timer.reset(_NAMES[self.rank])  # no device window spans the stretch
 
     def _pace(self, t: int) -> None:
         """At the check: where boundaries came faster than FAST_STEPS_PER_S
-        over the last second timed, count the next COUNT_NS of them instead
+        over the time timed since the last check, count the next COUNT_NS of them instead
         of timing each: a loop that fast is host-bound, and the ring's
         stores are most of what the hook costs it (benchmarks/hook_cold.py).
         The sender thread ends the stretch (``end_count``, at each flush,
@@ -236,8 +238,11 @@ class StepClock:
             self._rate_at = (t, count)
             self._count_since = t + WARM_NS  # no stretch before
             return
-        if t - at[0] < CUDA_CHECK_NS // 2:
-            return  # just after a stretch: its check came due during it
+        if t - at[0] < TIMED_NS // 2:
+            # just after a stretch (its check came due during it): the rate
+            # over the next TIMED_NS decides the next
+            self._next_check = t + TIMED_NS
+            return
         self._rate_at = (t, count)
         rate = (count - at[1]) * 1e9 / (t - at[0])
         if rate > FAST_STEPS_PER_S and t >= self._count_since and self.rank >= 0:
