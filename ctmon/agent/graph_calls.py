@@ -229,9 +229,10 @@ class GraphCalls:
                 self._set(True, now)
                 return
             # The checks do not come once a second in a loop whose steps the
-            # clock counts (ctmon/agent/steps.py: a second timed, then three
-            # counted with no check), so a window is a share of the time, not
-            # of the checks: open while the windows so far are short of it.
+            # clock counts (ctmon/agent/steps.py: half a second timed, then
+            # three counted with no check), so a window is a share of the
+            # time, not of the checks: open while the windows so far are
+            # short of it.
             owed = self._owed + dt // WINDOW_EVERY - (dt if self.timing else 0)
             self._owed = max(-MAX_OWED_NS, min(MAX_OWED_NS, owed))
             self._set(self._owed >= 0, now)
