@@ -45,7 +45,7 @@ clocks) cancels:
   excess already holds (a stretch ends at the boundary after the flush that
   ended it) is counted once, in the wake's cost.
 
-The total is the step path's median, the wakes and the occasional work.
+The total is the step path's mean, the wakes and the occasional work.
 
 Step times are the host's: a step's end is when the host has issued it.
 Where the GPU sets the pace, the host's extra time may hide in its slack,
