@@ -20,8 +20,10 @@ clocks) cancels:
   ``timer`` (the hooks and the device timer), ``graphs`` (the graphs'
   counters, as outside a timing window), ``timed`` (their timing wrappers,
   as inside one), ``counting`` and ``timing`` (the step hooks with the
-  clock held in a counting stretch, or kept out of one), and ``floor``: a
-  post-hook that does nothing, what any Python hook costs. In ``path`` and
+  clock held in a counting stretch, or kept out of one), ``floor``: a
+  post-hook that does nothing, what any Python hook costs, and
+  ``c_counting``: what a stretch would cost were its count kept in C (not
+  what ctmon does: docs/PERFORMANCE.md). In ``path`` and
   ``hook`` the step clock times half a second and counts the next three,
   and in ``path`` the graphs' timing windows are open a fourth of the
   time, as in a fast loop (this loop's arms
@@ -46,6 +48,8 @@ clocks) cancels:
   ended it) is counted once, in the wake's cost.
 
 The total is the step path's mean, the wakes and the occasional work.
+Where the mean sits above the median, ``rare_costs.py`` (phase 1's
+collections and CUDA events, logged) says what the slow steps held.
 
 Step times are the host's: a step's end is when the host has issued it.
 Where the GPU sets the pace, the host's extra time may hide in its slack,
@@ -61,6 +65,7 @@ Usage (the job runs under ``ctmon record``; the same options as hook_cost.py):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -73,6 +78,7 @@ import threading
 import time
 from typing import Any
 
+import rare_costs
 from hook_cost import mean_ci, median_ci  # this folder is on the path, as the script's own
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -224,6 +230,7 @@ def summarise(res: dict[str, Any], chunk: int, after: int) -> dict[str, Any]:
             "cost_pct_mean_ci95": [round(mlo, 3), round(mhi, 3)],
             "cost_us_mean": round(statistics.fmean(on - off for on, off in pairs) / 1e3, 2),
         }
+    out["rare"] = rare_costs.summarise(res, chunk)
     out["wakes"] = moment_costs(res, after, "wake", ("all",))
     out["wakes"]["sender_us"] = {
         k: {q: round(x, 1) for q, x in _quantiles(v).items()} for k, v in res["sender_parts_us"].items() if v
@@ -288,6 +295,7 @@ def job(args: argparse.Namespace) -> None:
     switch.set("off")
     time.sleep(0.1)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    rare_logs, stop_gc_log = rare_costs.install_logs(switch.timer or switch.clock.timer)
     parts = args.parts.split(",")
     path_arms: list[str] = []
     path_ends: list[int] = []
@@ -306,6 +314,7 @@ def job(args: argparse.Namespace) -> None:
                 path_ends.append(clock())
     put_arm(switch, "path")
     sync()
+    stop_gc_log()
 
     # Phase 2: stretches of everything (wakes logged) and of the step path
     # alone (the sender asleep), a few seconds each.
@@ -346,6 +355,8 @@ def job(args: argparse.Namespace) -> None:
         "graphs_timed": len(switch.graphs),
         "path_arms": path_arms,
         "path_ends": path_ends,
+        "path_gc": rare_logs["gc"],
+        "path_events": rare_logs["events"],
         "ends": ends,
         "stretches": stretches,
         "sender_parts_us": {k: [round(x / 1e3, 1) for x in v] for k, v in sender_parts.items()},
@@ -364,6 +375,7 @@ PARTS: dict[str, tuple[bool, bool, bool | str]] = {  # each phase-1 arm's parts 
     "counting": (True, False, False),  # the hook, its clock held in a counting stretch
     "timing": (True, False, False),  # the hook, its clock never in one
     "floor": (False, False, False),  # and an optimizer post-hook that does nothing
+    "c_counting": (False, False, False),  # and a count kept in C (put_arm)
     "off": (False, False, False),
 }
 FLOOR_KEY = -1  # the do-nothing hook's key in torch's global post-hook dict (its own keys count up from 0)
@@ -373,7 +385,9 @@ def _nothing(optimizer: Any, args: Any, kwargs: Any) -> None:
     return None
 
 
-_SAVED: dict[str, int] = {}  # steps.COUNT_NS as ctmon has it, restored after a ``counting`` chunk
+_SAVED: dict[
+    str, Any
+] = {}  # steps.COUNT_NS as ctmon has it (restored after a ``counting`` chunk); a C counter's handle
 
 
 def put_arm(switch: Any, arm: str) -> None:
@@ -395,8 +409,19 @@ def put_arm(switch: Any, arm: str) -> None:
     hooks = clock._hooks
     if arm == "floor":
         hooks[FLOOR_KEY] = _nothing
+    elif arm == "c_counting":
+        # What a counting stretch would cost counted in C: the clock's
+        # optimizer's own post-hook a size-0 lru_cache (its misses the
+        # count, no Python frame), and a C callable taking the hook's three
+        # arguments (slice) in the global hook's place.
+        hooks[FLOOR_KEY] = slice
+        opt = clock._opt_ref()
+        if opt is not None and "c_counter" not in _SAVED:
+            _SAVED["c_counter"] = opt.register_step_post_hook(functools.lru_cache(maxsize=0)(slice))
     else:
         hooks.pop(FLOOR_KEY, None)
+    if arm != "c_counting" and "c_counter" in _SAVED:
+        _SAVED.pop("c_counter").remove()
 
 
 JOB_MOMENTS = ("check", "stretch_end", "cuda_event")
@@ -529,6 +554,7 @@ def main() -> None:
             f"{w['cost_pct']:+.3f} % [{lo:+.3f}, {hi:+.3f}] | "
             f"{w['cost_us_each']} µs x {w['per_s']}/s (held p50 {w['hold_us']['p50']} µs) | {w['moments']} |"
         )
+    print("rare costs (benchmarks/rare_costs.py): " + json.dumps(out["rare"]))
     if "total_pct" in out:
         lo, hi = out["total_pct_ci95"]
         print(
