@@ -24,9 +24,9 @@ clocks) cancels:
   post-hook that does nothing, what any Python hook costs, and
   ``c_counting``: what a stretch would cost were its count kept in C (not
   what ctmon does: docs/PERFORMANCE.md). In ``path`` and
-  ``hook`` the step clock times half a second and counts the next three,
-  and in ``path`` the graphs' timing windows are open a fourth of the
-  time, as in a fast loop (this loop's arms
+  ``hook`` the step clock times TIMED_NS and counts the next COUNT_NS,
+  and in ``path`` the graphs' timing windows are open a WINDOW_EVERY-th of
+  the time, as in a fast loop (this loop's arms
   would otherwise dilute the rates that decide it).
 * **The sender's wakes** (the flush, the hotness sample, the GIL changing
   hands). Phase 2 runs everything (``all``) with each wake's start (the
@@ -277,7 +277,7 @@ def job(args: argparse.Namespace) -> None:
 
     from ctmon.agent import graph_calls, steps
 
-    # The graphs timed a fourth of the time and the steps counted in
+    # The graphs timed a WINDOW_EVERY-th of the time and the steps counted in
     # stretches, as in a fast loop, whatever the arms leave of the rates
     # that decide it and from the start.
     graph_calls.FAST_CALLS_PER_S = 0

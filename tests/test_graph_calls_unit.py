@@ -12,6 +12,7 @@ import weakref
 import torch
 import torch._dynamo.eval_frame  # noqa: F401 - skip_code, as a compile would have imported it
 
+from ctmon.agent import graph_calls
 from ctmon.agent.graph_calls import GraphCalls, _counted, _graph_names, _timed
 from ctmon.store.hotness import HotnessState
 from ctmon.wire import events as E
@@ -44,29 +45,31 @@ def _installed(n: int = 1) -> tuple[GraphCalls, dict[str, object]]:
     return g, scope
 
 
-def test_graphs_called_fast_are_timed_one_second_in_four() -> None:
+def test_graphs_called_fast_are_timed_one_second_in_so_many() -> None:
     g, scope = _installed()
     name = "__compiled_fn_0_x"
+    every = graph_calls.WINDOW_EVERY
     assert g.timing and scope[name] is g.graphs[0].timed  # timed from the start
     g.on_second(T0)  # the first check only notes where the calls stand
     timed_seconds = []
-    for s in range(1, 13):
+    for s in range(1, 3 * every + 1):
         for _ in range(300):  # 300 calls a second: fast
             scope[name]()  # type: ignore[operator]
         g.on_second(T0 + s * SECOND)
         timed_seconds.append(g.timing)
         assert scope[name] is (g.graphs[0].timed if g.timing else g.graphs[0].counted)
-    assert timed_seconds == [False, False, False, True] * 3
-    assert g.read() == [(KEY, 12 * 300, g.frames[KEY].ns[0])]  # every call counted, timed or not
-    # open: the first second, then seconds 4-5, 8-9 and 12 on
-    assert g.timed_span(T0 + 12 * SECOND) == 3 * SECOND and g.timed_span(T0 + 13 * SECOND) == 4 * SECOND
+    assert timed_seconds == ([False] * (every - 1) + [True]) * 3
+    assert g.read() == [(KEY, 3 * every * 300, g.frames[KEY].ns[0])]  # every call counted, timed or not
+    # open: the first second, then the second after each window's check, and from the last one on
+    end = T0 + 3 * every * SECOND
+    assert g.timed_span(end) == 3 * SECOND and g.timed_span(end + SECOND) == 4 * SECOND
 
 
-def test_windows_keep_to_a_fourth_of_the_time_where_checks_come_unevenly() -> None:
+def test_windows_keep_to_their_share_of_the_time_where_checks_come_unevenly() -> None:
     """In a loop whose steps the clock counts, its checks come a second
     apart, then three (a counting stretch has none): the windows are still
-    open a fourth of the time, not one check in four (which, opening at the
-    stretches, was 3 s in 8)."""
+    open a WINDOW_EVERY-th of the time, not one check in so many (which,
+    opening at the stretches, was 3 s in 8 with a check in four)."""
     g, scope = _installed()
     name = "__compiled_fn_0_x"
     g.on_second(T0)
@@ -77,7 +80,7 @@ def test_windows_keep_to_a_fourth_of_the_time_where_checks_come_unevenly() -> No
         now += gap
         g.on_second(now)
     share = (g.timed_span(now) - SECOND) / (now - T0 - SECOND)  # less the first second, timed before any check
-    assert 0.2 <= share <= 0.3, share
+    assert abs(share - 1 / graph_calls.WINDOW_EVERY) <= 0.05, share
 
 
 def test_graphs_called_slowly_stay_timed() -> None:

@@ -229,8 +229,8 @@ class GraphCalls:
                 self._set(True, now)
                 return
             # The checks do not come once a second in a loop whose steps the
-            # clock counts (ctmon/agent/steps.py: half a second timed, then
-            # three counted with no check), so a window is a share of the
+            # clock counts (ctmon/agent/steps.py: a quarter of a second timed,
+            # then three counted with no check), so a window is a share of the
             # time, not of the checks: open while the windows so far are
             # short of it.
             owed = self._owed + dt // WINDOW_EVERY - (dt if self.timing else 0)

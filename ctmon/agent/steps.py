@@ -22,8 +22,8 @@ CUDA the host clock measures launch time, not device time; a DeviceTimer
 (ctmon/agent/device_timer.py) times some boundaries on the device.
 
 Where boundaries come faster than 200 a second (a host-bound loop, whose
-every µs is the job's), after the first 20 s the clock times one second and
-counts the next three (``_pace``): every boundary is counted, and a
+every µs is the job's), after the first 20 s the clock times a quarter of a
+second and counts the next three (``_pace``): every boundary is counted, and a
 stretch's count and last time go into the ring as one marker at its end.
 The steps inside a stretch have no interval of their own (the store keeps
 them as unknown); the step that ends it does. A job killed by SIGKILL or
@@ -51,12 +51,13 @@ _NAMES = protocol.STEP_SOURCES
 CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel (_check)
 # Counting stretches (see mark): once the clock has run WARM_NS, where
 # boundaries come faster than FAST_STEPS_PER_S, TIMED_NS of them are timed,
-# then COUNT_NS counted, and so on: a seventh of them timed (the timed path
-# costs a host-bound step ~2.5 times the counting one, benchmarks/hook_cost_fine.py).
+# then COUNT_NS counted, and so on: a thirteenth of them timed (the timed path
+# costs a host-bound step 2.5 (CPU box) to 6 (H100 host) times the counting
+# one, benchmarks/hook_cost_fine.py).
 WARM_NS = 20_000_000_000
 FAST_STEPS_PER_S = 200
 COUNT_NS = 3_000_000_000
-TIMED_NS = 500_000_000
+TIMED_NS = 250_000_000
 
 _now = time.perf_counter_ns
 
