@@ -1,19 +1,21 @@
-"""Where the step path's rare costs come from (a part of hook_cost_fine.py).
+"""Whether the step path's mean holds a rare cost (a part of hook_cost_fine.py).
 
-The step path's mean can sit well above its median: now and then a step is
-hundreds of µs slow, a little more often with ctmon's path in than out.
-Two things in the job's thread could do that: Python's garbage collector
-(whose pace any allocation sets) and the device timer's CUDA events. Phase 1
-logs both, in every chunk, on and off alike, so each slow step can be put
-beside what ran inside it:
+The step path's mean can sit well above its median. That could be a rare
+large cost of the path -- now and then a step hundreds of µs slower with
+ctmon's path in than out -- and two things in the job's thread could make
+one: Python's garbage collector (whose pace any allocation sets) and the
+device timer's CUDA events. Phase 1 logs both, in every chunk, on and off
+alike, so each slow step can be put beside what ran inside it:
 
 * each collection (``gc.callbacks``: its start, end and generation);
 * each CUDA event the device timer records (its events wrapped as they are
   made; a query costs what it did).
 
-``summarise`` then gives, for the path's chunks and the off chunks apart,
-collections and slow steps per thousand steps, and the path's mean again
+``summarise`` then gives, for each part's chunks and the off chunks apart,
+collections and slow steps per thousand steps, and each part's mean again
 with the steps a collection or an event touched left out of both sides.
+(On the H100 hosts neither was it: their steps spread ±300 µs on their own,
+and the path moves that whole spread up by a few µs: docs/PERFORMANCE.md.)
 """
 
 from __future__ import annotations
