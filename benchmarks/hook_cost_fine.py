@@ -58,7 +58,7 @@ so these are upper bounds on what the step time pays.
 Usage (the job runs under ``ctmon record``; the same options as hook_cost.py):
   python benchmarks/hook_cost_fine.py [--loop host|gpu] [--device cpu|cuda]
       [--task train|infer] [--mode MODE] [--size N] [--step-ms 1]
-      [--seconds 60] [--path-share 0.5] [--parts path,hook,counting,timing,timer,graphs,timed,floor]
+      [--seconds 60] [--path-share 0.5] [--parts path,hook,counting,timing,timer,graphs,timed,floor,c_counting]
       [--chunk 16] [--after 2] [--out DIR]
 """
 
