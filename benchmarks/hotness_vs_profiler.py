@@ -14,7 +14,11 @@ The driver runs that job under ``ctmon record`` and prints, per frame,
 ctmon's share (its graphs and its eager glue) beside the profiler's, and
 ctmon's ``compiled_share`` beside the profiler's compiled total.
 
-    python benchmarks/hotness_vs_profiler.py [--device cuda] [--steps 600] [--hz 20]
+    python benchmarks/hotness_vs_profiler.py [--device cuda] [--steps 600] [--hz 20] [--warm-s 0]
+
+``--warm-s S``: the step clock's first seconds timed whole (ctmon's own is
+20): at 0 a fast loop is counted, and its graphs timed in the quarter-seconds
+its steps are (ctmon/agent/graph_calls.py), from the first second on.
 """
 
 from __future__ import annotations
@@ -85,6 +89,13 @@ def job(args: argparse.Namespace) -> None:
     import torch
 
     dev = args.device
+    if args.warm_s is not None:
+        try:
+            from ctmon.agent import steps as ctmon_steps
+
+            ctmon_steps.WARM_NS = int(args.warm_s * 1e9)  # read at the clock's first check, a second in
+        except ImportError:
+            pass
 
     @torch._dynamo.disable
     def glue(h: torch.Tensor) -> torch.Tensor:
@@ -179,6 +190,8 @@ def driver(args: argparse.Namespace) -> None:
         cmd = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, "--", sys.executable, __file__, "--job"]
         cmd += ["--out", prof, "--device", args.device, "--steps", str(args.steps), "--glue", str(args.glue)]
         cmd += ["--width", str(args.width), "--batch", str(args.batch), "--hz", str(args.hz)]
+        if args.warm_s is not None:
+            cmd += ["--warm-s", str(args.warm_s)]
         subprocess.run(cmd, check=True, timeout=900)
         rep = json.loads(
             subprocess.run(
@@ -206,6 +219,7 @@ def driver(args: argparse.Namespace) -> None:
     out = {
         "device": args.device,
         "steps_profiled": args.steps,
+        "warm_s": args.warm_s,
         "samples_per_s": args.hz,
         "samples": (rep["steps"]["runtime"] or {}).get("samples"),
         "frames": rows,
@@ -230,6 +244,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--hz", type=float, default=20.0, help="samples a second (ctmon's default is 4)")
+    ap.add_argument("--warm-s", type=float, default=None, help="the step clock's seconds timed whole (ctmon's is 20)")
     args = ap.parse_args()
     (job if args.job else driver)(args)
 

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import types
 import weakref
 
+import pytest
 import torch
 import torch._dynamo.eval_frame  # noqa: F401 - skip_code, as a compile would have imported it
 
 from ctmon.agent import graph_calls
 from ctmon.agent.graph_calls import GraphCalls, _counted, _graph_names, _timed
+from ctmon.agent.hotness import Hotness
 from ctmon.store.hotness import HotnessState
 from ctmon.wire import events as E
+from ctmon.wire import protocol
+from ctmon.wire.decode import from_dict
 
 
 def test_a_compiler_laid_out_otherwise_turns_the_timing_off() -> None:
@@ -81,6 +86,74 @@ def test_windows_keep_to_their_share_of_the_time_where_checks_come_unevenly() ->
         g.on_second(now)
     share = (g.timed_span(now) - SECOND) / (now - T0 - SECOND)  # less the first second, timed before any check
     assert abs(share - 1 / graph_calls.WINDOW_EVERY) <= 0.05, share
+
+
+def test_each_window_weighs_the_time_it_stands_for() -> None:
+    """A window's weight is the time from the last window's opening to its
+    own over the last window's length: 1 from the start, then the ratio of
+    the windows' pace (a fourth of the time: 4; the clock's quarter-seconds
+    in every ~3.5: 14)."""
+    g, scope = _installed()
+    name = "__compiled_fn_0_x"
+    at = [T0]
+
+    def run(seconds: float, counting: bool = False, per_s: int = 300) -> None:
+        for _ in range(int(per_s * seconds)):
+            scope[name]()  # type: ignore[operator]
+        at[0] += int(seconds * SECOND)
+        g.on_second(at[0], counting)
+
+    assert g.weight == 1.0
+    g.on_second(T0)
+    run(1)  # the first window closes after 1 s: a fourth of the time from here
+    assert not g.timing and g.weight == 1.0
+    for _ in range(3):
+        run(1)
+    assert g.timing and g.weight == 4.0  # opened 4 s after the last one, which was open 1 s
+    run(1, counting=True)  # the clock counts its steps: closed while it does
+    run(3)  # and times a quarter of a second: open
+    run(0.25, counting=True)
+    run(3.25)
+    assert g.timing and g.weight == 14.0  # 3.5 s from the last opening, which was open 0.25 s
+    run(1, per_s=50)  # the calls slow down: timed whole, each ns for itself
+    assert g.timing and g.weight == 1.0
+
+
+def test_the_sampler_weighs_each_window_by_the_time_it_stands_for() -> None:
+    """The run's first second timed whole at 10 % in graphs, then a
+    quarter-second window at 50 % standing for 3.5 s: the share is the
+    time-weighted one (1.85 s of 4.5), not the windows' plain sum (18 %)."""
+
+    class Windows:  # what the sampler reads of GraphCalls
+        on, weight, ns, span = True, 1.0, 0, 0
+
+        def read(self) -> list[tuple[tuple[str, int, str], int, int]]:
+            return [(KEY, 10, self.ns)]
+
+        def timed_span(self, now: int) -> int:
+            return self.span
+
+    windows = Windows()
+    steps = [1]
+    sampler = Hotness(lambda: steps[0], windows)  # type: ignore[arg-type]
+
+    def tick() -> None:  # from a thread of its own, as the sender's: the main thread is the job's
+        t = threading.Thread(target=sampler.tick)
+        t.start()
+        t.join()
+        steps[0] += 1  # each sample's step ends, so it counts
+
+    tick()
+    windows.ns, windows.span = SECOND // 10, SECOND
+    tick()
+    windows.weight, windows.ns, windows.span = 14.0, windows.ns + SECOND // 8, windows.span + SECOND // 4
+    tick()
+    tick()
+    state = HotnessState()
+    for ev in sampler._send():
+        state.on_hotness(from_dict(protocol.decode(protocol.encode(ev))))  # type: ignore[arg-type]
+    # the frame's share, as the store takes it once there are samples enough
+    assert state.graphs[KEY][1] / state.span_ns == pytest.approx(1.85 / 4.5, abs=1e-3)
 
 
 def test_graphs_called_slowly_stay_timed() -> None:

@@ -1,5 +1,5 @@
 """A fast loop's counting stretches (ctmon/agent/steps.py): every boundary is
-counted, about a thirteenth of them timed, and the step that ends a
+counted, about a thirteenth of them timed (a fourteenth, the sender at its slower pace), and the step that ends a
 stretch keeps its interval -- through the ring, its decoder and the store."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 
 from ctmon.agent import steps
 from ctmon.agent.channel import Channel
+from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.steps import RANK_API, RANK_OPTIMIZER, StepClock
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
@@ -80,6 +81,35 @@ def test_a_fast_loop_is_counted_whole_and_timed_a_little_of_the_time(clock, host
     assert report["steps"]["count"] == 60_000 and report["steps"]["timed"] == len(known)
     line = next(x for x in summary_lines(report) if "steps (api)" in x)
     assert f"from {len(known):,} timed" in line, line
+
+
+def test_a_fast_loop_s_graphs_are_timed_with_its_steps_alone(clock, host: Host) -> None:
+    """Past the first 20 s, the graphs' timing windows (ctmon/agent/graph_calls.py)
+    are open while the clock times the steps and closed while it counts them:
+    the wrapper's µs land on a fourteenth of a host-bound loop's steps."""
+    c, _ = clock
+    g = GraphCalls()
+    g.on, g.span = True, (0, host.now)
+    scope: dict[str, Any] = {"__compiled_fn_0_x": lambda: None}
+    g.install(scope, list(scope), ("m.py", 1, "f"))
+    c.each_second = g.on_second
+    seen: list[tuple[bool, bool]] = []
+
+    def step() -> None:
+        scope["__compiled_fn_0_x"]()
+        c.mark(RANK_API)
+        seen.append((c.counting(), g.timing))
+
+    _run(c, host, step, 20_000, MS)  # the first 20 s: a fourth of the time, as in any fast loop
+    warm = g.timed_span(host.now) / (20 * SECOND)
+    assert 0.2 < warm < 0.35, warm
+    seen.clear()
+    t0, open0 = host.now, g.timed_span(host.now)
+    _run(c, host, step, 40_000, MS)
+    assert g.read()[0][1] == 60_000  # every call counted
+    assert all(timing != counting for counting, timing in seen)  # timed exactly when the steps are
+    share = (g.timed_span(host.now) - open0) / (host.now - t0)
+    assert 0.05 < share < 0.1, share  # 0.25 s in every 3.25-3.5
 
 
 def test_a_slow_loop_is_timed_whole(clock, host: Host) -> None:

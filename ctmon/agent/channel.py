@@ -33,6 +33,10 @@ from ctmon.wire import protocol
 # pace (device times, library log lines, the logger check) is fine a quarter
 # of a second late.
 FLUSH_INTERVAL_S = 0.25
+# Where the step clock counts a host-bound loop's steps (past its first 20 s,
+# ctmon/agent/steps.py), each wake costs that loop a few hundred µs of its
+# own: the thread wakes half as often there.
+COUNTING_STRIDE = 2.0
 EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall
 SEND_CHUNK = 1 << 16
 
@@ -65,6 +69,9 @@ class Channel:
         # urgent wake's), returning the seconds until its next run: the
         # hotness sampler (ctmon/agent/hotness.py). Not run while on hold.
         self.tick: Callable[[], float] | None = None
+        # Whether the step clock counts a host-bound loop's steps now (then
+        # the waits are COUNTING_STRIDE times as long); any thread may ask.
+        self.counting: Callable[[], bool] = lambda: False
 
     # ---- called on the job's threads: must stay O(1) and never raise ----
 
@@ -139,20 +146,26 @@ class Channel:
             tick = self.tick if self.hold is None else None
             # With a tick, its schedule paces the flushes too: one thread
             # waking at the sampler's pace, not two threads.
-            wait = next_tick - time.monotonic() if tick is not None else FLUSH_INTERVAL_S
+            wait = next_tick - time.monotonic() if tick is not None else FLUSH_INTERVAL_S * self._stride()
             self._wake.wait(max(0.0, wait))
             self._wake.clear()
             if self._stop:
                 break
             if tick is not None and time.monotonic() >= next_tick:
                 try:
-                    next_tick = time.monotonic() + tick()
+                    next_tick = time.monotonic() + tick() * self._stride()
                 except Exception:  # never let a sample stop the sender
                     next_tick = time.monotonic() + FLUSH_INTERVAL_S
             try:
                 self._flush()
             except Exception:  # never let the sender die silently mid-run
                 self.event_drops += 1
+
+    def _stride(self) -> float:
+        try:
+            return COUNTING_STRIDE if self.counting() else 1.0
+        except Exception:
+            return 1.0
 
     def _flush(self) -> None:
         with self._lock:

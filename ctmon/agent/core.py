@@ -40,6 +40,7 @@ class Agent:
         self.converter = TraceConverter()
         self.channel.convert = self._convert
         self.channel.periodic = self._periodic
+        self.channel.counting = self.clock.counting
         self.torch_installed = False
         self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
         self._periodic_hooks: list[Any] = [self.clock.end_count]  # ends the clock's counting stretches

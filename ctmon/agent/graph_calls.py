@@ -16,10 +16,16 @@ function in the place of the names that bytecode loads, calling the original:
 
 Calls are exact. Host time is timed for the whole run where graphs are
 called fewer than FAST_CALLS_PER_S times a second (the wrapper then costs
-the job well under 0.1 %), else a WINDOW_EVERY-th of the time. A
+the job well under 0.1 %), else a WINDOW_EVERY-th of the time -- and where
+the step clock counts its steps (a host-bound loop, ctmon/agent/steps.py),
+in the quarter-seconds it times them, with them: a fourteenth of the time,
+spread through the run, where the wrapper's µs are the job's. A
 region's share is its graphs' timed nanoseconds over the time the windows
 were open (``timed_span``), a sample of the run as the sampler's is
-(ctmon/agent/hotness.py). Timing is exact where sampling is not: a sample
+(ctmon/agent/hotness.py), each window weighed by the time it stands for
+(``weight``): the first, open from the start and timing the run's slower
+first steps whole, would otherwise count for as much as a minute of
+quarter-second windows after it (their shares read 7 % low on the CPU box). Timing is exact where sampling is not: a sample
 lands where the job's thread lets the GIL go, so a small region made mostly
 of Python (AOTAutograd's epilogue after its last kernel launch) reads low
 when sampled (docs/PERFORMANCE.md). On CUDA this is host time: the
@@ -133,6 +139,13 @@ class GraphCalls:
         # WINDOW_EVERY-th of the time where the checks come unevenly
         self._owed = 0
         self._last: tuple[int, int] | None = None  # (ns, calls) at the last check
+        self._paced = False  # the step clock counted since the last check
+        # What an ns timed in the open window stands for: the time from the
+        # last window's opening to this one's over the last window's length
+        # (1 from the start, and while the window stays open); the sampler
+        # weighs what it reads by it. The last window: (opened, closed) or None.
+        self.weight = 1.0
+        self._window: tuple[int, int] | None = None
 
     def read(self) -> list[tuple[CodeKey, int, int]]:
         """Per frame: (key, calls, timed ns); from any thread."""
@@ -206,9 +219,10 @@ class GraphCalls:
                 scope[name] = graph.timed if self.timing else counted
                 self.wrapped += 1
 
-    def on_second(self, now: int) -> None:
+    def on_second(self, now: int, counting: bool = False) -> None:
         """On the job's thread, about once a second (the step clock's
-        check): let go of graphs Dynamo has, and open or close the window."""
+        check): let go of graphs Dynamo has, and open or close the window.
+        ``counting``: the clock counts its steps from here on, untimed."""
         calls = 0
         with self._lock:
             kept = []
@@ -221,12 +235,21 @@ class GraphCalls:
                     g.frame.let_go(g.counted)
             self.graphs = kept
             last, self._last = self._last, (now, calls)
+            paced, self._paced = self._paced, counting
             if last is None or now <= last[0]:
                 return
             dt = now - last[0]
             if (calls - last[1]) * 1e9 / dt <= FAST_CALLS_PER_S:
                 self._owed = 0
                 self._set(True, now)
+                self.weight, self._window = 1.0, None  # timed whole from here on
+                return
+            if counting or paced:
+                # The clock counts a host-bound loop's steps for a few
+                # seconds, then times a quarter of one (steps.py): the graphs
+                # are timed in that quarter, closed while it counts.
+                self._owed = 0
+                self._set(not counting, now)
                 return
             # The checks do not come once a second in a loop whose steps the
             # clock counts (ctmon/agent/steps.py: a quarter of a second timed,
@@ -244,6 +267,12 @@ class GraphCalls:
         for g in self.graphs:
             g.scope[g.name] = g.timed if timing else g.counted
         closed, since = self.span
+        if timing:
+            last = self._window
+            if last is not None and last[1] > last[0]:
+                self.weight = (now - last[0]) / (last[1] - last[0])
+        else:
+            self._window = (since, now)
         self.span = (closed, now) if timing else (closed + now - since, 0)
         self.timing = timing
 

@@ -2,8 +2,9 @@
 main thread.
 
 Four times a second (a jittered 250 ms, so it cannot lock onto a periodic
-loop) the agent's sender thread looks at the main thread's Python stack and
-files the moment under one of:
+loop; twice while the step clock counts a host-bound loop's steps,
+ctmon/agent/channel.py) the agent's sender thread looks at the main
+thread's Python stack and files the moment under one of:
 
 * ``graph``: inside a compiled graph -- under a frame whose code Dynamo
   replaced (its bytecode loads a ``__compiled_fn``), in the code that runs a
@@ -36,8 +37,8 @@ frame's calls are sent as they come (a run's calls are all its calls), its
 graphs' timed nanoseconds ride with the tick's sample and count as it does,
 and so does the time since the tick before that the graphs were timed in
 (``span``: the timing windows' part of it), the whole a timed share is
-taken of. A compiling sample's span and graph time are left out, as the
-sample is.
+taken of, both weighed by the time the window they fell in stands for. A
+compiling sample's span and graph time are left out, as the sample is.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class Hotness:
             now = time.perf_counter_ns()
             span = self._span(now)
             graph_ns = self._read_graphs()
+            weight = self._graphs.weight if self._graphs is not None else 1.0
+            if weight != 1.0:  # the window these fell in stands for more than itself (graph_calls.py)
+                span = int(span * weight)
+                if graph_ns:
+                    graph_ns = {k: int(ns * weight) for k, ns in graph_ns.items()}
             n = self._steps()
             if n != self._at_step:  # a step ended: what was sampled during it is step time
                 self._at_step = n

@@ -26,9 +26,11 @@ every µs is the job's), after the first 20 s the clock times a quarter of a
 second and counts the next three (``_pace``): every boundary is counted, and a
 stretch's count and last time go into the ring as one marker at its end.
 The steps inside a stretch have no interval of their own (the store keeps
-them as unknown); the step that ends it does. A job killed by SIGKILL or
-``os._exit`` mid-stretch loses that stretch's count (at most 3 s of steps);
-a normal exit, an exception and ``exec`` write it.
+them as unknown); the step that ends it does. While the clock counts, the
+sender thread wakes half as often (a stretch runs 3 to 3.6 s) and the
+compiled graphs are not timed (ctmon/agent/graph_calls.py). A job killed
+by SIGKILL or ``os._exit`` mid-stretch loses that stretch's count (at most
+3.6 s of steps); a normal exit, an exception and ``exec`` write it.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ _NAMES = protocol.STEP_SOURCES
 CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to swap in, a closed channel (_check)
 # Counting stretches (see mark): once the clock has run WARM_NS, where
 # boundaries come faster than FAST_STEPS_PER_S, TIMED_NS of them are timed,
-# then COUNT_NS counted, and so on: a thirteenth of them timed (the timed path
-# costs a host-bound step 2.5 (CPU box) to 6 (H100 host) times the counting
-# one, benchmarks/hook_cost_fine.py).
+# then COUNT_NS (to 3.6 s: the sender ends it) counted, and so on: about a
+# fourteenth of them timed (the timed path costs a host-bound step 2.5 (CPU
+# box) to 6 (H100 host) times the counting one, benchmarks/hook_cost_fine.py).
 WARM_NS = 20_000_000_000
 FAST_STEPS_PER_S = 200
 COUNT_NS = 3_000_000_000
@@ -133,9 +135,10 @@ class StepClock:
         # Tells a generate() call's tokens (ctmon/agent/generation.py); armed
         # once the job imports transformers' generation utilities.
         self.generation: GenerationWatch | None = None
-        # Run on the job's thread at the once-a-second check (the graphs'
-        # timing windows: ctmon/agent/graph_calls.py).
-        self.each_second: Callable[[int], None] | None = None
+        # Run on the job's thread at the once-a-second check, with whether
+        # a counting stretch begins (the graphs' timing windows:
+        # ctmon/agent/graph_calls.py).
+        self.each_second: Callable[[int, bool], None] | None = None
         # The ring's words, header and slots in one view (one object to
         # touch); until a ring is attached, a harmless stand-in.
         self._words: Any = [0] * (HEADER_WORDS + 1)
@@ -251,6 +254,10 @@ class StepClock:
             self._counting_opt = self._opt_ref() if self.rank == RANK_OPTIMIZER else None
             self._counting = self.rank
 
+    def counting(self) -> bool:
+        """A counting stretch is under way (any thread may ask)."""
+        return self._counting >= 0
+
     def end_count(self) -> list[Any]:
         """On the sender thread, at each flush: end a counting stretch that
         has run COUNT_NS (the next boundary writes it into the ring)."""
@@ -299,7 +306,7 @@ class StepClock:
         each_second = self.each_second
         if each_second is not None:
             try:
-                each_second(t)
+                each_second(t, self._counting >= 0)
             except Exception:
                 pass  # the job's step goes ahead regardless
         if self.timer is None:

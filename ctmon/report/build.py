@@ -62,7 +62,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "devices": [_fields(d) for d in s.meta.devices],
         "steps": {
             "count": None if traced else (st.count if st else 0),
-            # the intervals the statistics are over: in a fast loop, about a thirteenth (agent/steps.py)
+            # the intervals the statistics are over: in a fast loop, about a fourteenth (agent/steps.py)
             "timed": st.intervals if st else 0,
             "source": s.steps.source,
             "device_timed": bool(s.steps.current and s.steps.current.device_windows),
