@@ -5,6 +5,8 @@
 # $2: the loop: host (host-bound training), train-ro (training under
 # reduce-overhead, the GPU pacing) or infer (a compiled forward the GPU
 # paces); $3: seconds (default 440); $4: a name for the results (default $2).
+# SIZE=N in the environment pins the model's size (else sized to ~1 ms), so
+# runs of one machine compare like with like.
 . "$(dirname "$0")/_gpu_env.sh" "${1:-}"
 part="${2:-host}" seconds="${3:-440}" name="${4:-${2:-host}}"
 case "$part" in
@@ -13,6 +15,7 @@ case "$part" in
   infer) args=(--loop gpu --task infer --size 10240 --path-share 0.5) ;;
   *) echo "unknown loop: $part" >&2; exit 2 ;;
 esac
+[ -n "${SIZE:-}" ] && args+=(--size "$SIZE")
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 raw=$(mktemp -d)
 timeout $((seconds + 130)) python3 benchmarks/hook_cost_fine.py --device cuda --seconds "$seconds" --parts path \
