@@ -115,6 +115,9 @@ def test_each_window_weighs_the_time_it_stands_for() -> None:
     run(0.25, counting=True)
     run(3.25)
     assert g.timing and g.weight == 14.0  # 3.5 s from the last opening, which was open 0.25 s
+    run(0.25, counting=True)
+    run(600)  # no steps for 10 minutes, the graphs still called (an evaluation), then timed steps again
+    assert g.timing and g.weight == graph_calls.MAX_WEIGHT  # the pause is not step time
     run(1, per_s=50)  # the calls slow down: timed whole, each ns for itself
     assert g.timing and g.weight == 1.0
 

@@ -25,7 +25,8 @@ were open (``timed_span``), a sample of the run as the sampler's is
 (ctmon/agent/hotness.py), each window weighed by the time it stands for
 (``weight``): the first, open from the start and timing the run's slower
 first steps whole, would otherwise count for as much as a minute of
-quarter-second windows after it (their shares read 7 % low on the CPU box). Timing is exact where sampling is not: a sample
+quarter-second windows after it (their shares read 7 % low on the CPU box,
+benchmarks/window_shares.py). Timing is exact where sampling is not: a sample
 lands where the job's thread lets the GIL go, so a small region made mostly
 of Python (AOTAutograd's epilogue after its last kernel launch) reads low
 when sampled (docs/PERFORMANCE.md). On CUDA this is host time: the
@@ -60,6 +61,10 @@ MAX_FRAMES = 500  # compiled frames tracked, as the sampler (a recompile storm m
 FAST_CALLS_PER_S = 200  # graph calls a second above which time is timed in windows
 WINDOW_EVERY = 4  # then a fourth of the time
 MAX_OWED_NS = 8_000_000_000  # how much of its past the windows' share remembers
+# A window's weight at most: a quarter-second window stands for ~3.5 s (14);
+# one after a long pause in the steps (an evaluation) would otherwise stand
+# for the pause too, which is not step time.
+MAX_WEIGHT = 16.0
 
 CodeKey = tuple[str, int, str]
 
@@ -270,7 +275,7 @@ class GraphCalls:
         if timing:
             last = self._window
             if last is not None and last[1] > last[0]:
-                self.weight = (now - last[0]) / (last[1] - last[0])
+                self.weight = min(MAX_WEIGHT, (now - last[0]) / (last[1] - last[0]))
         else:
             self._window = (since, now)
         self.span = (closed, now) if timing else (closed + now - since, 0)
