@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import struct
@@ -12,6 +13,8 @@ import time
 
 import pytest
 
+from ctmon.agent.channel import Channel
+from ctmon.agent.steps import StepClock, StepRelay
 from ctmon.store import Session
 from ctmon.wire import protocol
 from ctmon.wire.ring import (
@@ -463,3 +466,168 @@ def test_agent_clock_killed_mid_run_every_published_step_reaches_the_store(ring_
     series = session.steps.current
     assert len(series.intervals()) == session.steps.count - 1
     assert all(v >= 0 for v in series.intervals())
+
+
+# ------------------------------------------------- space reserved up front
+
+
+def test_create_reserves_every_page(ring_path, rings):
+    """A page of a mapped file the filesystem must find later is SIGBUS at
+    the store into it (a full tmpfs): every page is allocated at creation."""
+    rings.append(StepRing.create(ring_path, 1 << 12))
+    size = (HEADER_WORDS + (1 << 12)) * 8
+    assert os.stat(ring_path).st_blocks * 512 >= size
+
+
+@pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.EINVAL])
+def test_create_writes_the_pages_where_fallocate_is_unsupported(ring_path, rings, monkeypatch, code):
+    """A filesystem without fallocate (musl says EOPNOTSUPP, some say EINVAL):
+    the pages are written instead. (Such a filesystem is not at hand: the
+    call's answer is stood in for.)"""
+
+    def no_fallocate(fd: int, offset: int, length: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_fallocate)
+    w, r = make(ring_path, rings, 1 << 12)
+    assert os.stat(ring_path).st_blocks * 512 >= (HEADER_WORDS + (1 << 12)) * 8
+    assert os.path.getsize(ring_path) == (HEADER_WORDS + (1 << 12)) * 8
+    push(w, 7, 8)
+    assert RingReader(r).read() == ([7, 8], 0)
+
+
+def test_create_that_fails_leaves_no_file(ring_path, monkeypatch):
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError) as e:
+        StepRing.create(ring_path, 8)
+    assert e.value.errno == errno.ENOSPC
+    assert not os.path.exists(ring_path)
+
+
+# ------------------------------------------- no ring file: the socket instead
+
+
+def test_private_ring_reads_like_a_shared_one():
+    ring = StepRing.private(8)
+    try:
+        assert ring.header[W_MAGIC] == MAGIC and ring.header[W_CAPACITY] == 8
+        reader = RingReader(ring)
+        push(ring, *range(1, 11))
+        assert reader.read() == ([3, 4, 5, 6, 7, 8, 9, 10], 2)
+    finally:
+        ring.close()
+
+
+def _relayed(relay: StepRelay) -> tuple[Session, int, int]:
+    """The relay's events, sent as the agent sends them and folded as a
+    viewer does; the boundaries they hold and the drops they count."""
+    s = Session()
+    received = dropped = 0
+    for ev in relay.drain():
+        ev = protocol.decode(protocol.encode(ev))
+        if ev["kind"] == protocol.DROPS:
+            dropped = ev["steps"]
+        else:
+            received += len(ev["ns"])
+        s.apply(ev)
+    return s, received, dropped
+
+
+def _clock_on(ring: StepRing) -> StepClock:
+    clock = StepClock(Channel(None))
+    clock.attach_ring(ring)
+    return clock
+
+
+def test_relay_sends_every_boundary_the_clock_marks():
+    """No ring file: the clock writes into a private ring as into a shared
+    one, and the sender thread's drains turn it into ``steps`` events."""
+    ring = StepRing.private(1 << 10)
+    clock = _clock_on(ring)
+    relay = StepRelay(ring)
+    s = Session()
+    for n in (300, 700, 0, 1000):  # 2,000 through a 1,024-slot ring, drained in time
+        for _ in range(n):
+            clock.api_step()
+        for ev in relay.drain():
+            s.apply(protocol.decode(protocol.encode(ev)))
+    assert (s.steps.source, s.steps.count, clock.count) == ("api", 2000, 2000)
+    assert len(s.steps.current.intervals()) == 1999 and s.drops["steps"] == 0
+    ring.close()
+
+
+def test_relay_counts_what_it_could_not_read_in_time():
+    ring = StepRing.private(64)
+    clock = _clock_on(ring)
+    relay = StepRelay(ring)
+    for _ in range(1000):
+        clock.api_step()
+    s, received, dropped = _relayed(relay)
+    assert received == 64 and dropped == 1000 - 64
+    assert s.steps.count == 1000 and s.drops["steps"] == dropped
+    for _ in range(5):
+        clock.api_step()
+    s, received, dropped = _relayed(relay)
+    assert (received, dropped) == (5, 0)  # nothing more lost: no drops event
+    ring.close()
+
+
+# --------------------------------------------------- decoder: runs at a time
+
+
+def _decode_one_by_one(d, values, now_wall, now_ns):  # type: ignore[no-untyped-def]
+    """The decoder's loop as it was, a value at a time: the reference the
+    run-at-a-time decoder must match."""
+    from ctmon.wire.ring import GAP, MAX_BATCH, SOURCES
+
+    events, batch, first_ns, i0 = [], [], 0, d.next_idx
+    for v in values:
+        if v < 0:
+            if batch:
+                events.append(d._event(i0, first_ns, batch, now_wall, now_ns))
+                batch = []
+            if v <= -GAP:
+                d.next_idx += -v - GAP - 1
+            else:
+                rank = -v - 1
+                d.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
+                d.next_idx = 0
+            d.prev_ns = None
+            continue
+        if len(batch) >= MAX_BATCH:
+            events.append(d._event(i0, first_ns, batch, now_wall, now_ns))
+            batch = []
+        if not batch:
+            first_ns, i0 = v, d.next_idx
+        batch.append(0 if d.prev_ns is None else max(0, v - d.prev_ns))
+        d.prev_ns = v
+        d.next_idx += 1
+    if batch:
+        events.append(d._event(i0, first_ns, batch, now_wall, now_ns))
+    return events
+
+
+def test_decoder_matches_the_value_at_a_time_loop():
+    import random
+
+    from ctmon.wire.ring import GAP, MAX_BATCH
+
+    rng = random.Random(7)
+    fast, ref = StepDecoder(), StepDecoder()
+    t = 1_000_000
+    for _ in range(60):
+        values = []
+        for _ in range(rng.choice([0, 1, 5, 50, MAX_BATCH - 1, MAX_BATCH + 3, 2 * MAX_BATCH + 1])):
+            r = rng.random()
+            if r < 0.01:
+                values.append(rng.choice([CALL, OPT, API, -9]))
+            elif r < 0.02:
+                values.append(-(GAP + rng.randrange(1, 50)))
+            else:
+                t += rng.randrange(-50, 10_000)  # now and then the clock goes back
+                values.append(max(0, t))
+        assert fast.decode(values, 0, 10.0, t) == _decode_one_by_one(ref, values, 10.0, t)
+        assert (fast.src, fast.next_idx, fast.prev_ns) == (ref.src, ref.next_idx, ref.prev_ns)

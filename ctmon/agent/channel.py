@@ -11,7 +11,9 @@ gone, the agent goes quiet and the job runs on.
 Compile events are rare and precious: they are never dropped below a very
 large cap (reaching it means the supervisor has been stuck for minutes; the
 count is reported in a ``drops`` event). Step boundaries do not pass through
-here at all: they go to a shared-memory ring (ctmon/wire/ring.py).
+the queues at all: they go to a shared-memory ring (ctmon/wire/ring.py), or,
+where no ring file can be made, to a ring in the job's memory that this
+thread reads at each flush (ctmon/agent/steps.py: StepRelay).
 """
 
 from __future__ import annotations

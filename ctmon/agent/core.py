@@ -7,6 +7,7 @@ agent disables the agent, never the job.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -17,7 +18,7 @@ from ctmon import _api
 from ctmon.agent.channel import Channel
 from ctmon.agent.generation import GenerationWatch
 from ctmon.agent.rank_info import RankInfo, initialised_rank, launched_rank
-from ctmon.agent.steps import StepClock
+from ctmon.agent.steps import StepClock, StepRelay
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.agent.uncaught import uncaught_event
 from ctmon.wire import protocol
@@ -97,17 +98,34 @@ class Agent:
         """This process's ``process`` event, with a fresh step ring (attached
         now, or at the job's next boundary when ``later``)."""
         hello = process_event(self.anchor_ns, self.anchor_wall, rank)
-        if session_dir:
-            try:
-                path, ring = _create_ring(session_dir)
-                if later:
-                    self.clock.attach_later(ring)
-                else:
-                    self.clock.attach_ring(ring)
-                hello["step_ring"] = path
-            except OSError as e:
-                hello["step_ring_error"] = e.strerror or str(e)
+        if not session_dir:
+            return hello
+        ring: StepRing | None
+        try:
+            path, ring = _create_ring(session_dir)
+            hello["step_ring"] = path
+        except OSError as e:
+            # no room for the file (ENOSPC, ``ulimit -f``): the boundaries
+            # take the socket, and the user is told why
+            hello["step_ring_error"] = e.strerror or str(e)
+            ring = self._relay_ring()
+            self.emit(_no_ring_note(session_dir, e, ring is not None))
+        if ring is not None:
+            if later:
+                self.clock.attach_later(ring)
+            else:
+                self.clock.attach_ring(ring)
         return hello
+
+    def _relay_ring(self) -> StepRing | None:
+        """A ring in the job's own memory, whose boundaries the sender
+        thread sends on the socket (steps.StepRelay)."""
+        try:
+            ring = StepRing.private(ring_capacity())
+        except (OSError, ValueError, OverflowError):
+            return None
+        self._periodic_hooks.append(StepRelay(ring).drain)
+        return ring
 
     def _rank_once_initialised(self) -> list[protocol.Event]:
         rank = initialised_rank()
@@ -170,6 +188,24 @@ def _flushing_exec(real: Any, agent: Agent) -> Any:
 
     execv._ctmon_wrapped = True  # type: ignore[attr-defined]
     return execv
+
+
+def _no_ring_note(session_dir: str, error: OSError, relayed: bool) -> protocol.Event:
+    """What the user reads: the ring's directory, why, what it costs, what to do."""
+    where = os.path.dirname(os.path.normpath(session_dir))
+    then = (
+        "step boundaries go through ctmon's socket instead (a SIGKILL loses the last half-second of them)"
+        if relayed
+        else "step boundaries are not recorded"
+    )
+    if error.errno == errno.EFBIG:
+        fix = "raise the file-size limit (ulimit -f)"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space there or set CTMON_RUNTIME_DIR"
+    else:
+        fix = "set CTMON_RUNTIME_DIR to another directory"
+    message = f"cannot make the step ring in {where} ({error.strerror or error}): {then}; {fix}"
+    return {"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "agent", "message": message}
 
 
 def _create_ring(session_dir: str) -> tuple[str, StepRing]:

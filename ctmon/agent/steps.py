@@ -17,7 +17,9 @@ and the switch is recorded, so the viewer can drop the lower series.
 
 The hot path (``mark``) is a handful of attribute reads, one clock read and
 two stores into a shared-memory ring (ctmon/wire/ring.py) that the supervisor
-drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job. On
+drains -- so boundaries survive even ``os._exit`` or SIGKILL of the job
+(where no ring file can be made, a ring in the job's memory instead, read by
+the sender thread: ``StepRelay``). On
 CUDA the host clock measures launch time, not device time; a DeviceTimer
 (ctmon/agent/device_timer.py) times some boundaries on the device.
 
@@ -44,7 +46,17 @@ from ctmon.agent.channel import Channel
 from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.generation import GenerationWatch
 from ctmon.wire import protocol
-from ctmon.wire.ring import GAP, HEADER_WORDS, W_INDEX, W_SOURCE, W_SOURCE_AT, StepRing, set_anchor
+from ctmon.wire.ring import (
+    GAP,
+    HEADER_WORDS,
+    W_INDEX,
+    W_SOURCE,
+    W_SOURCE_AT,
+    RingReader,
+    StepDecoder,
+    StepRing,
+    set_anchor,
+)
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
 OFF = RANK_API + 1  # above every source: every boundary is ignored
@@ -448,3 +460,35 @@ class StepClock:
 
 def _nothing() -> None:
     return None
+
+
+class StepRelay:
+    """Boundaries sent on the agent's socket, where no ring file could be
+    made (a full or size-limited runtime directory: the agent's note says so).
+
+    The clock writes into a ring in the job's own memory exactly as into a
+    shared one (StepRing.private: the hot path is the same), and at each
+    flush the sender thread turns the new slots into ``steps`` events, as the
+    supervisor does with a shared ring (launch/intake.py). Boundaries the
+    thread did not read in time (a ring's worth while the socket was blocked)
+    are counted in a ``drops`` event of its own. A job killed by SIGKILL or
+    ``os._exit`` loses those since the last flush (a quarter to half a
+    second), which a shared ring would have kept."""
+
+    def __init__(self, ring: StepRing) -> None:
+        self.reader = RingReader(ring)
+        self.decoder = StepDecoder()
+        self.lost = 0  # boundaries lost so far (the drops event's count)
+
+    def drain(self) -> list[protocol.Event]:
+        """The boundaries written since the last call, as events (sender thread)."""
+        reader = self.reader
+        values, lost = reader.read()
+        if not values and not lost:
+            return []
+        now_wall, now_ns = time.time(), _now()
+        events = self.decoder.decode(values, lost, now_wall, now_ns, reader.start, reader.source(), reader.anchor())
+        if lost:
+            self.lost += self.decoder.lost_steps
+            events.append({"kind": protocol.DROPS, "t": now_wall, "steps": self.lost})
+        return events

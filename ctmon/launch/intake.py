@@ -5,7 +5,9 @@ job itself, a program it exec'd into, a child that imported ctmon): each
 connection is an ``Agent`` that knows its pid from the moment it is accepted
 (``SO_PEERCRED``). Its lines are validated and passed on as they came.
 Step boundaries travel through shared-memory rings instead (ctmon/wire/ring.py):
-a ``process`` event names the ring, and the rings are drained on a clock.
+a ``process`` event names the ring, and the rings are drained on a clock. A
+process whose ``process`` event says it could make no ring sends its
+boundaries as ``steps`` events on its socket (ctmon/agent/steps.py: StepRelay).
 
 Nothing an agent sends may take the supervisor down: a bad line is skipped
 with a note, a ring that cannot be read is dropped with a note.
@@ -52,6 +54,10 @@ class Agent:
         self.splitter = protocol.LineSplitter()
         self.pid: int | None = execwatch.peer_pid(sock)  # who connected (None: the platform cannot say)
         self.rank: int | None = None  # the rank its hello declared
+        # Its hello said it has no step ring: its boundaries come on its
+        # socket (ctmon/agent/steps.py: StepRelay), with the count of those lost.
+        self.relays_steps = False
+        self.steps_dropped = 0
 
 
 class Ring:
@@ -143,8 +149,8 @@ class Intake:
         if ev is None:
             self.peer_note(f"skipped a line from the job's agent that is not a valid event ({self.decoder.last_error})")
             return
-        if isinstance(ev, SUPERVISOR_KINDS):
-            return  # only the supervisor writes these
+        if isinstance(ev, SUPERVISOR_KINDS) and not (isinstance(ev, E.Steps) and a is not None and a.relays_steps):
+            return  # only the supervisor writes these (or steps, an agent without a ring)
         if _LONG_DIGITS.search(line) is not None and not _stdlib_readable(line):
             # an integer in a field the decoder skipped, too long for Python's
             # own json module: recorded, it would make the file unreadable there
@@ -163,9 +169,24 @@ class Intake:
                 self._ranked_late(ev.pid, ev.rank)
             if ev.step_ring:
                 self._open_ring(ev.step_ring, ev.pid, ev.rank)
+            elif ev.step_ring_error and a is not None:
+                a.relays_steps = True
+        elif isinstance(ev, E.Drops) and ev.steps is not None and a is not None and a.relays_steps:
+            self._relayed_drops(a, ev.steps)
+            if ev.events is None:
+                return  # counted into the supervisor's own total, just emitted
         # a kind this version does not know (a newer agent's) is recorded as
         # it came, for a newer viewer to read
         self.write_line(line + b"\n", ev)
+
+    def _relayed_drops(self, a: Agent, dropped: int) -> None:
+        """An agent without a ring counts the boundaries it lost (cumulative):
+        they join the rings' losses, in the one total the drops event holds."""
+        more = dropped - a.steps_dropped
+        if more > 0:
+            a.steps_dropped = dropped
+            self.steps_lost += more
+            self.emit(E.Drops(t=time.time(), steps=self.steps_lost))
 
     # ------------------------------------------------------------ step rings
 

@@ -25,14 +25,24 @@ path). The writer stores ``anchor_at = -1``, the index, then ``anchor_at``;
 a reader that reads ``anchor_at`` the same before and after the index has a
 consistent pair.
 
+Every page of the file is allocated when it is made (``posix_fallocate``):
+a page of a shared mapping that the filesystem cannot supply at the first
+store into it (a full tmpfs) is SIGBUS, the job's death. Where the space is
+not there (or ``ulimit -f`` forbids the file), ``create`` fails and the agent
+makes the ring in its own memory (``StepRing.private``), sending what it
+holds on its socket (ctmon/agent/steps.py: StepRelay).
+
 Stdlib only: imported by the agent (inside the job) and the supervisor.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
+import operator
 import os
 import stat
+from itertools import islice
 from typing import Any
 
 MAGIC = 0x43544D4F4E524E47  # "CTMONRNG"
@@ -65,15 +75,33 @@ class StepRing:
 
     @classmethod
     def create(cls, path: str, capacity: int = DEFAULT_CAPACITY) -> StepRing:
-        if capacity <= 0 or capacity & (capacity - 1):
-            raise RingError("capacity must be a power of two")
-        size = (HEADER_WORDS + capacity) * 8
+        """A new ring file at ``path``, its every page on disk before it is
+        mapped. OSError where the space cannot be had (ENOSPC, EFBIG under
+        ``ulimit -f``): then no file is left behind."""
+        size = _ring_size(capacity)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, size)
+            _reserve(fd, size)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            _unlink_quietly(path)
+            raise
         finally:
             os.close(fd)
+        return cls._initialised(mm, capacity)
+
+    @classmethod
+    def private(cls, capacity: int = DEFAULT_CAPACITY) -> StepRing:
+        """A ring in the process's own memory (anonymous, private): where no
+        ring file can be made, the job's hot path stores into this one just
+        as into a shared ring, and a thread of its own reads it. Pages come
+        as they are touched and cannot fail with SIGBUS."""
+        size = _ring_size(capacity)
+        mm = mmap.mmap(-1, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+        return cls._initialised(mm, capacity)
+
+    @classmethod
+    def _initialised(cls, mm: mmap.mmap, capacity: int) -> StepRing:
         ring = cls(mm, capacity)
         ring.header[W_MAGIC] = MAGIC
         ring.header[W_VERSION] = VERSION
@@ -116,6 +144,51 @@ class StepRing:
             self._mm.close()
         except (BufferError, ValueError):
             pass
+
+
+def _ring_size(capacity: int) -> int:
+    if capacity <= 0 or capacity & (capacity - 1):
+        raise RingError("capacity must be a power of two")
+    return (HEADER_WORDS + capacity) * 8
+
+
+# posix_fallocate's answers where the filesystem cannot preallocate (musl
+# passes fallocate(2)'s EOPNOTSUPP on; some filesystems say EINVAL): there
+# the pages are allocated by writing them.
+_NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
+_ZEROS = bytes(1 << 20)
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Have the filesystem supply every page of the file now. A page of a
+    shared mapping that it cannot supply later (a full tmpfs, a quota) is
+    SIGBUS at the store into it: the job would die mid-step. Raises OSError
+    (ENOSPC, EFBIG, ...) where the space is not there."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as e:
+        if e.errno not in _NO_FALLOCATE:
+            raise
+    _write_zeros(fd, size)
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    """Allocate by writing: a filesystem that allocates late reserves the
+    space at write(2), which says ENOSPC now rather than SIGBUS later."""
+    done = 0
+    while done < size:
+        n = os.pwrite(fd, memoryview(_ZEROS)[: min(len(_ZEROS), size - done)], done)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        done += n
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class RingReader:
@@ -212,6 +285,14 @@ def release(obj: Any) -> None:
         close()
 
 
+def _markers(values: list[int]) -> list[int]:
+    """Where the negative values (markers) are; min() first, a C loop, since
+    most reads hold none."""
+    if not values or min(values) >= 0:
+        return []
+    return [i for i, v in enumerate(values) if v < 0]
+
+
 SOURCES = ("compiled_call", "optimizer", "api")  # by rank; mirrors protocol.STEP_SOURCES
 MAX_BATCH = 8192  # boundaries per event: lines stay ~100 KB, far below the reader's limit
 
@@ -271,42 +352,46 @@ class StepDecoder:
                 self.lost_steps = switch_at - (start - lost) + self.next_idx
             else:
                 self.lost_steps = max(0, self.next_idx - before)
-        batch: list[int] = []
-        first_ns = 0
-        i0 = self.next_idx
-        for v in values:
-            if v <= -GAP:
-                # A counting stretch of n boundaries: the first n - 1 have
-                # no time, the next value is the last one's (its interval
-                # unknown, the one after it known).
-                if batch:
-                    events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
-                    batch = []
-                self.next_idx += -v - GAP - 1
-                self.prev_ns = None
-                continue
-            if v < 0:
-                if batch:
-                    events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
-                    batch = []
-                rank = -v - 1
-                self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
-                self.next_idx = 0
-                self.prev_ns = None
-                continue
-            if len(batch) >= MAX_BATCH:
-                events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
-                batch = []
-            if not batch:
-                first_ns = v
-                i0 = self.next_idx
-            prev = self.prev_ns
-            batch.append(0 if prev is None else max(0, v - prev))
-            self.prev_ns = v
-            self.next_idx += 1
-        if batch:
-            events.append(self._event(i0, first_ns, batch, now_wall, now_ns))
+        # Runs of boundaries between markers (negative values, rare: a source
+        # switch, a counting stretch's end) are done a run at a time, in C
+        # loops: on the job's sender thread (agent/steps.py: StepRelay) each
+        # boundary's Python-level work is time the job waits for the GIL.
+        at = 0
+        for m in _markers(values):
+            if m > at:
+                self._run(values[at:m], events, now_wall, now_ns)
+            self._marker(values[m])
+            at = m + 1
+        if at < len(values):
+            self._run(values[at:] if at else values, events, now_wall, now_ns)
         return events
+
+    def _run(self, run: list[int], events: list[dict[str, Any]], now_wall: float, now_ns: int) -> None:
+        """Boundaries with no marker among them: their deltas (0 for the
+        first after none or a marker; a clock going back gives 0), in events
+        of up to MAX_BATCH."""
+        prev = self.prev_ns
+        deltas = [0 if prev is None else run[0] - prev]
+        deltas += map(operator.sub, islice(run, 1, None), run)
+        if min(deltas) < 0:
+            deltas = [d if d > 0 else 0 for d in deltas]
+        i0 = self.next_idx
+        for k in range(0, len(run), MAX_BATCH):
+            events.append(self._event(i0 + k, run[k], deltas[k : k + MAX_BATCH], now_wall, now_ns))
+        self.next_idx = i0 + len(run)
+        self.prev_ns = run[-1]
+
+    def _marker(self, v: int) -> None:
+        if v <= -GAP:
+            # A counting stretch of n boundaries: the first n - 1 have no
+            # time, the next value is the last one's (its interval unknown,
+            # the one after it known).
+            self.next_idx += -v - GAP - 1
+        else:
+            rank = -v - 1
+            self.src = SOURCES[rank] if 0 <= rank < len(SOURCES) else f"source{rank}"
+            self.next_idx = 0
+        self.prev_ns = None
 
     def _event(self, i0: int, first_ns: int, deltas: list[int], now_wall: float, now_ns: int) -> dict[str, Any]:
         wall = now_wall - (now_ns - first_ns) / 1e9
