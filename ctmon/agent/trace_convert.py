@@ -12,7 +12,7 @@ from typing import Any
 from ctmon.agent.paths import called_from, is_ctmon_file, is_own_file, is_user_file
 from ctmon.agent.phases import phase_of
 from ctmon.agent.trace import BWD_FIELDS, CACHE_ARTIFACTS, METRIC_FIELDS
-from ctmon.wire import protocol
+from ctmon.wire import guard_reasons, protocol
 
 _GB_LOC = re.compile(r"Graph break in user code at (.*):(\d+)\s*$")
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
@@ -94,7 +94,14 @@ def summarize_reason(reason_lines: list[str]) -> str:
     return cleaned[0] if cleaned else "graph break"
 
 
-def parse_reasons(payload: str | None) -> list[str]:
+def parse_reasons(payload: str | None, limit: int | None = None) -> list[str]:
+    """The reasons of a ``recompile_reasons`` artifact (a JSON list, or one
+    reason as plain text); the first ``limit`` of them clipped for the wire."""
+    raw = _reason_list(payload)
+    return [protocol.clip(r, 4000) or "" for r in raw[:limit]]
+
+
+def _reason_list(payload: str | None) -> list[str]:
     if not payload:
         return []
     s = payload.strip()
@@ -102,10 +109,21 @@ def parse_reasons(payload: str | None) -> list[str]:
         try:
             val = json.loads(s)
             if isinstance(val, list):
-                return [protocol.clip(str(v), 4000) or "" for v in val]
+                return [str(v) for v in val]
         except ValueError:
             pass
-    return [protocol.clip(s, 4000) or ""]
+    return [s]
+
+
+def recompile_reasons(payload: str | None) -> dict[str, Any]:
+    """A ``recompile_reasons`` artifact's fields, bounded: PyTorch lists the
+    failed guard of every cached version (n reasons on the n-th recompile);
+    the event carries the kinds of them with their counts
+    (ctmon/wire/guard_reasons.py) and ``total``, PyTorch's own count."""
+    raw = _reason_list(payload)
+    examined = [protocol.clip(r, 4000) or "" for r in raw[: guard_reasons.EXAMINED]]
+    kept, counts = guard_reasons.summarize(examined)
+    return {"reasons": kept, "counts": counts, "total": len(raw)}
 
 
 _CACHE_FIELDS = ("key", "cache_status_detailed", "cache_bypass_reason", "reason", "time_saved_ms", "time_saved_ns")
@@ -189,7 +207,7 @@ class TraceConverter:
         elif name == "symbolic_shape_specialization":
             ev = self._specialization(md.get(name) or {}, base)
         elif name == "recompile_reasons":
-            ev = {"kind": protocol.RECOMPILE_REASONS, **base, "reasons": parse_reasons(extra)}
+            ev = {"kind": protocol.RECOMPILE_REASONS, **base, **recompile_reasons(extra)}
         elif name in CACHE_ARTIFACTS:
             ev = self._cache(name, extra, base)
         elif name == "triton_kernel_info":

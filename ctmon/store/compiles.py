@@ -20,6 +20,7 @@ from typing import Any
 from ctmon.store.phases import PhaseTimers
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
+from ctmon.wire import guard_reasons
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
@@ -67,6 +68,29 @@ class Location:
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
 
+@dataclass(slots=True)
+class GuardFailures:
+    reasons: list[str]
+    counts: list[int]
+    total: int
+
+
+_MAX_KEPT = 1 + guard_reasons.MAX_KINDS + guard_reasons.HEAD
+
+
+def guard_failures(ev: E.RecompileReasons) -> GuardFailures:
+    """The guard failures a ``recompile_reasons`` event carries. A recording
+    made before the agent summarized them holds PyTorch's whole list (n
+    reasons on the n-th recompile): summarized here the same way, so it gives
+    the same results as a newer recording of the same run."""
+    if ev.total is None:
+        kept, counts = guard_reasons.summarize(ev.reasons)
+        return GuardFailures(kept, counts, len(ev.reasons))
+    kept = ev.reasons[:_MAX_KEPT]
+    counts = ev.counts[: len(kept)] + [1] * (len(kept) - len(ev.counts))
+    return GuardFailures(kept, counts, max(ev.total, sum(counts)))
+
+
 @dataclass(slots=True)  # thousands a second in a recompile storm
 class CompileRecord:
     compile_id: str
@@ -78,7 +102,11 @@ class CompileRecord:
     inductor_s: float | None = None
     code_gen_s: float | None = None
     recompile_reason: str | None = None
+    # the kinds of guard failure behind a recompile (ctmon/wire/guard_reasons.py),
+    # how many cached versions each stands for, and how many failed in all
     guard_failures: list[str] = field(default_factory=list)
+    guard_counts: list[int] = field(default_factory=list)
+    versions_failed: int = 0
     fail_type: str | None = None
     fail_reason: str | None = None
     limit_hit: bool = False
@@ -103,6 +131,14 @@ class CompileRecord:
     def span(self) -> tuple[float, float]:
         start = self.start_t if self.start_t is not None else self.t - self.time_s
         return (start, start + self.time_s)
+
+
+def _merge_failures(rec: CompileRecord, failures: GuardFailures | None) -> None:
+    if failures is not None:
+        rec.guard_failures, rec.guard_counts = failures.reasons, failures.counts
+        rec.versions_failed = failures.total
+    if rec.recompile_reason and not rec.guard_failures:  # no reasons artifact: the metrics' one
+        rec.guard_failures, rec.guard_counts, rec.versions_failed = [rec.recompile_reason], [1], 1
 
 
 @dataclass
@@ -206,7 +242,7 @@ class CompileState:
         self.calls: list[E.CompileCall] = []  # the job's torch.compile calls (the first MAX_CALLS)
         self.call_count = 0
         self._breaks_by_compile: dict[str, int] = {}
-        self._reasons: dict[str, list[str]] = {}
+        self._reasons: dict[str, GuardFailures] = {}
 
     # ---- events ----
 
@@ -254,11 +290,12 @@ class CompileState:
         return Frame(frame_id=fid, loc=loc, code=code, module=module, called_from=called)
 
     def on_reasons(self, ev: E.RecompileReasons) -> None:
-        self._reasons[str(ev.compile_id)] = list(ev.reasons[:64])
+        self._reasons[str(ev.compile_id)] = guard_failures(ev)
 
     def pending_reasons(self, compile_id: str) -> list[str]:
         """The guard failures behind a compile that has started and not ended."""
-        return self._reasons.get(compile_id, [])
+        found = self._reasons.get(compile_id)
+        return found.reasons if found is not None else []
 
     def on_compile(self, ev: E.Compile) -> CompileRecord:
         cid = str(ev.compile_id)
@@ -282,7 +319,6 @@ class CompileState:
             inductor_s=ev.inductor_compile_time_s,
             code_gen_s=ev.code_gen_time_s,
             recompile_reason=ev.recompile_reason or None,
-            guard_failures=self._reasons.pop(cid, []),
             fail_type=ev.fail_type or None,
             fail_reason=ev.fail_reason or None,
             cache_size=ev.cache_size,
@@ -295,8 +331,7 @@ class CompileState:
             called_from=start.called_from if start is not None else None,
             started_at=(start.caller or start.called_from or start.user) if start is not None else None,
         )
-        if rec.recompile_reason and not rec.guard_failures:
-            rec.guard_failures = [rec.recompile_reason]
+        _merge_failures(rec, self._reasons.pop(cid, None))
         rec.limit_hit = is_limit_hit(rec.fail_type, rec.fail_reason)
         rec.ok = rec.fail_type is None
         rec.graph_breaks = self._breaks_by_compile.pop(cid, 0)

@@ -123,6 +123,10 @@ def _compile_block(out: Text, n: int, rec: CompileRecord, ctx: ViewContext) -> N
             version, reason = split_reason(g)
             text = f"version {version}: {reason}" if version else reason
             out.append(_indent(localize(text, cwd), "      - ").replace("\n      - ", "\n        ") + "\n")
+        if rec.versions_failed > len(rec.guard_failures):  # kinds are listed once (ctmon/wire/guard_reasons.py)
+            out.append(
+                f"      ({rec.versions_failed} versions failed: the first few, one of each kind listed)\n", "dim"
+            )
     if rec.fail_reason:
         out.append("    fail reason:\n", "bold")
         out.append(_indent(localize(rec.fail_reason, cwd), "      ") + "\n", "red")

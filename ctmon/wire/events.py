@@ -233,7 +233,11 @@ class BwdCompile(Ranked, tag="bwd_compile"):
 class RecompileReasons(Ranked, tag="recompile_reasons"):
     compile_id: str | None = None
     frame_id: int | None = None
+    # PyTorch gives one reason per cached version; sent: the kinds of them
+    # (ctmon/wire/guard_reasons.py); in an older recording, every one
     reasons: list[str] = []
+    counts: list[Annotated[int, msgspec.Meta(ge=0)]] = []  # PyTorch's reasons each of `reasons` stands for
+    total: Annotated[int, msgspec.Meta(ge=0)] | None = None  # PyTorch's count; None: `reasons` is the whole list
 
 
 class GraphBreak(Ranked, tag="graph_break"):

@@ -28,7 +28,8 @@ the value, the dimension where relevant, the expected/actual values, Dynamo's
 own hint, and the user's file:line.
 
 A recompile fails one guard per cached version (PyTorch's
-``recompile_reasons`` artifact lists them all; the compile record's
+``recompile_reasons`` artifact lists them all, and ctmon keeps the first of
+each kind of them, ctmon/wire/guard_reasons.py; the compile record's
 ``recompile_reason`` is only the first). ``cause`` picks the one that says
 what changed: the first, unless it is a weak guard (a container's length, an
 object's identity ...) and another version failed on a tensor size, a number
