@@ -21,6 +21,11 @@ Every file is locked (``flock``, exclusive) for the run, so a second ctmon
 writing the same recording is refused instead of interleaving lines with the
 first. It is emptied (``empty``) only once the lock is ours and the rest of
 the run's setup has gone through.
+
+The lock is also how anyone else tells that a run is live (``locked``: ``ctmon
+runs`` never removes what a live run writes, whatever its runtime directory).
+Looking takes a shared lock for an instant, so a run starting at that instant
+waits for it (``LOOK_WAIT_S``) instead of taking it for a second ctmon.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ import errno
 import fcntl
 import os
 import stat
+import time
+
+# How long a run opening its file waits out a lock someone holds only to look
+# (``locked`` takes and drops it in two system calls); a second ctmon writing
+# the same file holds its lock for the whole of its run and is still refused.
+LOOK_WAIT_S = 0.5
 
 
 class FileRefused(Exception):
@@ -80,17 +91,90 @@ def _finish(path: str, fd: int, check_owner: bool) -> int:
             raise FileRefused(f"{path} is not a regular file (refusing to write the recording there)")
         if check_owner and stat.S_ISREG(st.st_mode) and (st.st_uid != os.getuid() or st.st_nlink > 1):
             raise FileRefused(f"{path} belongs to another user or has other links (refusing to write it)")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock_exclusive(fd):
             holder = lock_holder(st)
             who = f" (pid {holder})" if holder else ""
-            raise FileRefused(f"{path} is being written by another ctmon{who}") from None
+            raise FileRefused(f"{path} is being written by another ctmon{who}")
         os.set_blocking(fd, True)
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _lock_exclusive(fd: int) -> bool:
+    """Our exclusive flock on ``fd``; False if another writer holds one."""
+    deadline = time.monotonic() + LOOK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
+def locked(fd: int) -> bool:
+    """Whether a live run holds a flock on the file (or directory) ``fd`` is
+    open on.
+
+    A shared lock is tried on our own open file description and let go at
+    once. A flock belongs to the open file description it was taken on, so
+    neither taking nor dropping ours touches the writer's; a POSIX record lock
+    (``fcntl``/``lockf``) would not do: any close of the file by a process
+    drops all of that process's record locks. Where flock cannot be tried (a
+    filesystem without it), /proc/locks says.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        try:
+            return lock_holder(os.fstat(fd)) is not None
+        except OSError:
+            return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        pass  # closing ours lets it go as well
+    return False
+
+
+def path_locked(path: str) -> bool:
+    """``locked`` for the file or directory ``path`` names (no symlink
+    followed, no FIFO or device opened for real). One that cannot be opened
+    (no read permission) is looked up in /proc/locks."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY
+    try:
+        st = os.lstat(path)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return False  # ctmon writes neither through a symlink here nor into anything else
+        fd = os.open(path, flags)
+    except OSError:
+        try:
+            return lock_holder(os.lstat(path)) is not None
+        except OSError:
+            return False  # gone
+    try:
+        return locked(fd)
+    finally:
+        os.close(fd)
+
+
+def hold_directory(path: str) -> int | None:
+    """An exclusive flock on the directory ``path`` for as long as the
+    returned descriptor is open (None where none can be had): a run writing
+    several files there, one after another, is live between them too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if _lock_exclusive(fd):
+        return fd
+    os.close(fd)
+    return None
 
 
 def empty(fd: int) -> None:
