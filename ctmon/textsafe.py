@@ -10,7 +10,9 @@ Strings are cleaned where they are *shown*, not where they enter the store:
 the recording and ``report --json`` keep exactly what was recorded (JSON
 escapes control characters itself), and every terminal output (text and
 Markdown reports, record's summary, the TUI) goes through :func:`clean` or
-through :func:`unsafe_spans` for styled text. Stdlib only: the report, the
+through :func:`unsafe_spans` for styled text. Documents a viewer shows (the
+timeline export's SVG and Perfetto JSON) go through :func:`clean_markup`,
+which also replaces what XML forbids. Stdlib only: the report, the
 supervisor and the viewer all use it.
 
 What is replaced, each by one :data:`PLACEHOLDER`: a whole escape sequence
@@ -177,3 +179,20 @@ def _dirty(value: Any, depth: int) -> bool:
                 return True
         return False
     return isinstance(value, str) and _unsafe(value)
+
+
+# What XML 1.0 forbids in a document (besides the C0 controls that
+# :func:`clean` replaces): lone surrogates -- not text at all, a UTF-8 encoder
+# refuses them -- and the non-characters U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def clean_markup(text: str) -> str:
+    """``text`` fit for a document a viewer shows (an SVG, the JSON a trace
+    viewer opens): :func:`clean`, then every character XML 1.0 forbids
+    replaced too, so the result can always be encoded as UTF-8 and, once
+    escaped (``html.escape``), parsed as XML. Newline and tab are kept."""
+    text = clean(text)
+    if text.isascii():
+        return text
+    return _NOT_XML.sub(PLACEHOLDER, text)

@@ -13,12 +13,12 @@ and counters for CPU, RSS and each GPU's utilisation and memory.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
+from ctmon.wire.errors import RecordingError
 
 if TYPE_CHECKING:
     from ctmon.wire.events import Event, Unknown
@@ -51,29 +51,39 @@ def main(argv: list[str]) -> int:
         raise CliError(f"export: a recording or TORCH_TRACE directory is required ({USAGE})")
     if out is None:
         raise CliError(f"export: -o FILE is required ({USAGE})")
+    from ctmon.cli.outfile import refuse_overwrite, write_text
     from ctmon.report.merge import load_nodes
     from ctmon.report.perfetto import export
     from ctmon.report.torch_trace import is_torch_trace
 
+    refuse_overwrite("export", out, _inputs(paths))
     if not is_torch_trace(paths[0]):
         load_nodes(paths)  # one line when a recording cannot be read (or several are not one job)
     # a trace is checked as it is read (ctmon/report/torch_trace.py), before anything is written
     timeline = export(_events(paths))
-    parent = os.path.dirname(os.path.abspath(out))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        with open(out, "w", encoding="utf-8") as f:
-            if fmt == "perfetto":
-                json.dump(timeline, f, separators=(",", ":"), allow_nan=False)
-            else:
-                from ctmon.report.timeline_svg import draw
+    if fmt == "perfetto":
+        write_text("export", out, lambda f: json.dump(timeline, f, separators=(",", ":"), allow_nan=False))
+    else:
+        from ctmon.report.timeline_svg import draw
 
-                f.write(draw(timeline))
-    except OSError as e:
-        raise CliError(f"export: cannot write {out}: {e.strerror or e}") from None
+        svg = draw(timeline)
+        write_text("export", out, lambda f: f.write(svg))
     n = sum(1 for e in timeline["traceEvents"] if e["ph"] != "M")
     sys.stderr.write(f"ctmon: wrote {out} ({n} events)\n")
     return 0
+
+
+def _inputs(paths: list[str]) -> list[str]:
+    """Every file the export reads: the recordings named, or the log files
+    of a TORCH_TRACE directory."""
+    from ctmon.report.torch_trace import is_torch_trace, trace_files
+
+    if not is_torch_trace(paths[0]):
+        return paths
+    try:
+        return paths + trace_files(paths)
+    except (OSError, RecordingError):
+        return paths  # reading them says what is wrong, in one line
 
 
 def _events(paths: list[str]) -> Iterator[Event | Unknown | tuple[Event | Unknown, int | None]]:

@@ -22,11 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ctmon.textsafe import clean_markup
 from ctmon.wire import events as E
 
 JOB_PID = 0
 ORIGIN_PID = 10_000_000  # + the OS pid of a process without a rank, told apart from the job's
 TRACKS = {"steps": 1, "compiles": 2, "events": 3}
+# The latest event time (s since the epoch) drawn, and the longest duration:
+# a recording may hold any finite number, and microseconds from a time near
+# the float maximum are infinite, which strict JSON cannot hold.
+LATEST_S = 1e15
 
 
 PHASE_LABELS = {
@@ -82,7 +87,7 @@ class PerfettoExport:
     def add(self, ev: E.Event | E.Unknown, origin: int | None = None) -> None:
         """One event; ``origin``: the OS pid of the process it came from,
         where a trace holds several processes without a rank."""
-        if isinstance(ev, E.Unknown) or ev.t <= 0:
+        if isinstance(ev, E.Unknown) or not 0 < ev.t <= LATEST_S:
             return
         self._origin = origin
         rank = getattr(ev, "rank", None)
@@ -95,7 +100,7 @@ class PerfettoExport:
             label = f"rank {ev.rank}" if ev.rank is not None else "job" if origin is None else "process"
             where = ", ".join(str(x) for x in (ev.host, f"pid {ev.pid}" if ev.pid else None) if x)
             self.out.append(
-                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"{label} ({where})"}}
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": _text(f"{label} ({where})")}}
             )
         elif kind is E.Steps:
             assert isinstance(ev, E.Steps)
@@ -140,12 +145,12 @@ class PerfettoExport:
         self.out.append(
             {
                 "ph": "X",
-                "name": name,
+                "name": _text(name),
                 "pid": pid,
                 "tid": TRACKS[track],
                 "ts": round(max(0.0, start_rel) * 1e6, 3),
-                "dur": round(max(0.0, dur_s) * 1e6, 3),
-                "args": args,
+                "dur": round(min(max(0.0, dur_s), LATEST_S) * 1e6, 3),
+                "args": _texts(args),
             }
         )
 
@@ -153,12 +158,21 @@ class PerfettoExport:
         if pid == JOB_PID:
             self._pid(None)  # its names, once
         self.out.append(
-            {"ph": "i", "s": scope, "name": name, "pid": pid, "tid": TRACKS["events"], "ts": self._us(t), "args": args}
+            {
+                "ph": "i",
+                "s": scope,
+                "name": _text(name),
+                "pid": pid,
+                "tid": TRACKS["events"],
+                "ts": self._us(t),
+                "args": _texts(args),
+            }
         )
 
     def _steps(self, ev: E.Steps) -> None:
         pid = self._pid(ev.rank)
         key = (pid, ev.src)
+        src = _text(ev.src)
         self._us(ev.t)
         assert self.t0 is not None
         # in integer nanoseconds from the run's start: a day of steps adds no rounding
@@ -175,7 +189,7 @@ class PerfettoExport:
                         "tid": TRACKS["steps"],
                         "ts": (t_ns - ns) / 1000,
                         "dur": ns / 1000,
-                        "args": {"ms": round(ns / 1e6, 3), "src": ev.src},
+                        "args": {"ms": round(ns / 1e6, 3), "src": src},
                     }
                 )
             self._boundary[key] = t_ns
@@ -245,6 +259,21 @@ class PerfettoExport:
         meta = [e for e in self.out if e["ph"] == "M"]
         timed = sorted((e for e in self.out if e["ph"] != "M"), key=lambda e: (e["pid"], e.get("tid", 0), e["ts"]))
         return {"traceEvents": meta + timed, "displayTimeUnit": "ms", "otherData": {"exporter": "ctmon"}}
+
+
+def _text(value: str) -> str:
+    """A string from the recording as the timeline shows it: the names and
+    notes a viewer draws (Perfetto, the SVG) hold no control characters, lone
+    surrogates or other characters a strict JSON or XML reader refuses."""
+    return clean_markup(value)
+
+
+def _texts(args: dict[str, Any]) -> dict[str, Any]:
+    """A slice's or instant's notes, each string (in a list too) as :func:`_text`."""
+    return {
+        k: _text(v) if isinstance(v, str) else [_text(x) for x in v] if isinstance(v, list) else v
+        for k, v in args.items()
+    }
 
 
 def export(events: Iterable[E.Event | E.Unknown | tuple[E.Event | E.Unknown, int | None]]) -> dict[str, Any]:

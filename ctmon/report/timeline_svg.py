@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from ctmon.textsafe import clean_markup
+
 WIDTH = 1000
 LEFT = 110
 ROW = 34
@@ -32,7 +34,7 @@ def draw(timeline: dict[str, Any]) -> str:
         mine = [e for e in timed if e["pid"] == pid]
         if not mine:
             continue
-        rows.append(f'<text x="4" y="{y + 12}" class="p">{escape(names[pid][:60])}</text>')
+        rows.append(f'<text x="4" y="{y + 12}" class="p">{_text(names[pid], 60)}</text>')
         y += 16
         steps = [e for e in mine if e["ph"] == "X" and e.get("tid") == 1]
         if steps:
@@ -55,7 +57,7 @@ def draw(timeline: dict[str, Any]) -> str:
                 inset = 6 if phase else 2
                 rows.append(
                     f'<rect x="{x(e["ts"]):.1f}" y="{y + inset}" width="{w:.1f}" height="{ROW - 4 - 2 * inset}" '
-                    f'class="{cls}"><title>{escape(e["name"])}</title></rect>'
+                    f'class="{cls}"><title>{_text(e["name"])}</title></rect>'
                 )
             y += ROW
         instants = [e for e in mine if e["ph"] == "i"]
@@ -69,7 +71,7 @@ def draw(timeline: dict[str, Any]) -> str:
                 xx = x(e["ts"])
                 rows.append(
                     f'<line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" y2="{y + ROW - 6}" class="{cls}">'
-                    f"<title>{escape(n)}</title></line>"
+                    f"<title>{_text(n)}</title></line>"
                 )
             y += ROW
         counters: dict[str, list[tuple[float, float]]] = {}
@@ -81,7 +83,7 @@ def draw(timeline: dict[str, Any]) -> str:
             top = max(v for _, v in pts) or 1.0
             if "%" in name:
                 top = max(top, 100.0)
-            rows.append(_label(y, name[:16]))
+            rows.append(_label(y, name, 16))
             path = " ".join(f"{x(t):.1f},{y + COUNTER_ROW - 6 - v / top * (COUNTER_ROW - 12):.1f}" for t, v in pts)
             rows.append(f'<polyline points="{path}" class="k"/>')
             rows.append(f'<text x="{WIDTH - 8}" y="{y + 10}" class="v">max {top:g}</text>')
@@ -108,5 +110,12 @@ def draw(timeline: dict[str, Any]) -> str:
     )
 
 
-def _label(y: float, text: str) -> str:
-    return f'<text x="{LEFT - 6}" y="{y + 20}" class="l" text-anchor="end">{escape(text)}</text>'
+def _label(y: float, text: str, limit: int | None = None) -> str:
+    return f'<text x="{LEFT - 6}" y="{y + 20}" class="l" text-anchor="end">{_text(text, limit)}</text>'
+
+
+def _text(value: Any, limit: int | None = None) -> str:
+    """A name from the recording as XML character data: whatever it holds
+    (control characters, lone surrogates), the SVG stays well-formed. Cleaned
+    before it is cut, so an escape sequence is never split into visible text."""
+    return escape(clean_markup(str(value))[:limit])
