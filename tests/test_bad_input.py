@@ -19,6 +19,9 @@ import tempfile
 import pytest
 from helpers import ROOT, WORKLOADS, ctmon, env_with, one_line_containing
 
+from ctmon.wire.decode import Decoder
+from ctmon.wire.events import Output
+
 PY = sys.executable
 JOB = os.path.join(WORKLOADS, "faults_job.py")
 FAKES = os.path.join(ROOT, "tests", "fakes")
@@ -387,7 +390,7 @@ def test_huge_output_line_without_newline(tmp_path) -> None:  # type: ignore[no-
     assert out.stdout == b"y" * (10 << 20)  # passed through whole
     with open(rec, "rb") as f:
         lines = f.read().splitlines()
-    assert max(len(ln) for ln in lines) < 64 << 10  # in chunks, far below the reader's line limit
+    assert max(len(ln) for ln in lines) < 256 << 10  # in chunks, far below the reader's line limit (1 MiB)
     events = [json.loads(ln) for ln in lines]
     assert "".join(e["data"] for e in events if e["kind"] == "output") == "y" * (10 << 20)
     assert ctmon("report", rec).returncode == 0
@@ -411,9 +414,10 @@ def test_non_utf8_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert out.stdout == b"ok \xff\xfe\xc3\x28 \xe2\x82\n"  # the bytes, unchanged
     assert out.stderr == b"\x80err\n"
     with open(rec, "rb") as f:
-        events = [json.loads(ln) for ln in f]
-    text = "".join(e["data"] for e in events if e["kind"] == "output" and e["stream"] == "stdout")
-    assert text == "ok \ufffd\ufffd\ufffd( \ufffd\n"
+        events = [e for e in Decoder().decode_all(f.read().splitlines()) if isinstance(e, Output)]
+    # recorded byte-exact (the chunk that is not UTF-8 in base64), shown as a terminal would
+    assert b"".join(e.raw() or b"" for e in events if e.stream == "stdout") == b"ok \xff\xfe\xc3\x28 \xe2\x82\n"
+    assert "".join(e.text() for e in events if e.stream == "stdout") == "ok \ufffd\ufffd\ufffd( \ufffd\n"
 
 
 # ------------------------------------------------------- recordings

@@ -11,6 +11,9 @@ import sys
 import pytest
 from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, env_with, record, workload
 
+from ctmon.wire.decode import Decoder
+from ctmon.wire.events import Output
+
 
 def whoami(stdout: str) -> dict:
     for line in stdout.splitlines():
@@ -64,9 +67,11 @@ def test_output_passes_through_unchanged_and_summary_goes_to_stderr(tmp_path):
     assert out.stdout == b"a\nb\r\nc\xff\xfe\n"
     assert out.stderr.startswith(b"err\n")
     assert b"ctmon: python" in out.stderr and b"exited with code 0" in out.stderr
-    events = [json.loads(ln) for ln in open(rec, "rb") if ln.strip()]
-    text = "".join(e["data"] for e in events if e["kind"] == "output" and e["stream"] == "stdout")
-    assert text == "a\nb\r\nc\ufffd\ufffd\n"
+    with open(rec, "rb") as f:
+        chunks = [e for e in Decoder().decode_all(f.read().splitlines()) if isinstance(e, Output)]
+    stdout = [e for e in chunks if e.stream == "stdout"]
+    assert b"".join(e.raw() or b"" for e in stdout) == b"a\nb\r\nc\xff\xfe\n"  # recorded byte-exact
+    assert "".join(e.text() for e in stdout) == "a\nb\r\nc\ufffd\ufffd\n"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import runtime
@@ -17,6 +17,7 @@ from ctmon.wire.errors import RecordingError
 
 if TYPE_CHECKING:
     from ctmon.launch.supervisor import Supervisor
+    from ctmon.store import ExitInfo
 
 OPTIONS = [
     OptionSpec(
@@ -26,13 +27,15 @@ OPTIONS = [
         help="write the recording to FILE (default: ~/.local/state/ctmon/runs/)",
         metavar="FILE",
     ),
-    OptionSpec(("-q", "--quiet"), "quiet", help="no summary at the end"),
+    OptionSpec(
+        ("-q", "--quiet"), "quiet", help="no summary at the end (nor, without --fail-on, a read of the recording)"
+    ),
     OptionSpec(
         ("--fail-on",),
         "fail_on",
         True,
         True,
-        help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable)",
+        help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable); 4 if the recording is incomplete",
         metavar="EXPR",
     ),
     OptionSpec(
@@ -118,12 +121,11 @@ def run_headless(
     metrics: str | None = None,
 ) -> int:
     # imported here: the job's interpreter was checked (torch, the script)
-    # before anything heavier than the standard library is loaded
-    from ctmon.launch.job import exit_like
+    # before anything heavier than the standard library is loaded; and
+    # before the job starts, so that no import follows its exit (a child
+    # of the job may go on printing where ctmon hands its streams off)
     from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
-    from ctmon.report.build import build_report
-    from ctmon.report.load import load
-    from ctmon.report.text import summary_lines
+    from ctmon.report import build, load, text  # noqa: F401  (used by conclude)
 
     if output:
         check_writable(output)
@@ -154,30 +156,67 @@ def run_headless(
             raise UsageError(str(e)) from None
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
-    # The summary reads the recording back: what it says is what was kept,
-    # and the supervisor never had to fold a store while the job ran.
-    try:
-        session, _ = load(recording, unwritten=b"".join(sup.recorder.pending))
-    except RecordingError as e:
-        # (the recording was lost under the job: deleted, its disk gone)
-        _say(f"ctmon: {e}")
+    return conclude(sup, info, output or recording, quiet, budgets or [])
+
+
+def conclude(sup: Supervisor, info: ExitInfo, shown: str, quiet: bool, budgets: list[gate.Budget]) -> int:
+    """What follows the job's own output, and ctmon's exit status.
+
+    The summary reads the recording back, so what it says is what the file
+    holds (the supervisor folds no store while the job runs). ``-q`` without
+    a budget reads nothing back: its warnings come from the counts the
+    supervisor kept. Where the disk kept events out of the file, one line
+    says what is missing, quiet or not; the exit is the job's, unless a
+    budget then cannot be verified (docs in ctmon/report/gate.py)."""
+    from ctmon.launch.job import exit_like
+    from ctmon.report.text import summary_lines
+
+    rec = sup.recorder
+    incomplete = (rec.last_error or "the recording could not be written") if rec.incomplete else None
+    if quiet and not budgets and not rec.incomplete:
+        notes = [
+            {"level": n.level, "source": n.source, "message": n.message} for n in sup.registry.counts.capture_notes
+        ]
+        _say_all([f"ctmon: {msg}" for msg in gate.capture_lines({"notes": notes}, quiet=True)])
+        return exit_like(info)
+    report = _read_back(sup.recorder.path, info)
+    if report is None:  # (the recording was lost under the job: deleted, its disk gone, a device)
+        if incomplete is not None:
+            _say("ctmon: " + gate.incomplete_line(shown, rec.unwritten, sup.registry.counts.steps, incomplete))
         if budgets and info.status == 0:
             _say("ctmon: budget unverified: the recording cannot be read")
-            return gate.BUDGET_EXIT
+            return gate.RECORDING_EXIT
         return exit_like(info)
-    report = build_report(session)
-    lines = [] if quiet else summary_lines(report, recording if output is None else output)
-    failures = gate.broken(budgets or [], report)
-    lines += [f"ctmon: {msg}" for msg in gate.capture_lines(report, quiet) + failures]
-    try:
-        if lines:
-            sys.stderr.write("\n".join(lines) + "\n")
-            sys.stderr.flush()
-    except OSError:
-        pass
+    lines = [] if quiet else summary_lines(report, shown)
+    if incomplete is not None:
+        in_file = int(report["steps"]["count"] or 0)
+        steps = max(0, sup.registry.counts.steps - in_file)
+        lines.append("ctmon: " + gate.incomplete_line(shown, rec.unwritten, steps, incomplete))
+    failures = gate.broken(budgets, report, incomplete)
+    lines += [f"ctmon: {msg}" for msg in gate.capture_lines(report, quiet, incomplete_notes=False) + failures]
+    _say_all(lines)
+    if info.status == 0 and budgets and incomplete is not None:
+        return gate.RECORDING_EXIT  # the job's own failure, if any, wins over budgets
     if info.status == 0 and failures:
-        return gate.BUDGET_EXIT  # the job's own failure, if any, wins over budgets
+        return gate.BUDGET_EXIT
     return exit_like(info)
+
+
+def _read_back(path: str, info: ExitInfo) -> dict[str, Any] | None:
+    """The report of what the recording holds (None: it cannot be read)."""
+    from ctmon.report.build import build_report
+    from ctmon.report.load import load
+    from ctmon.wire import events as E
+
+    try:
+        session, _ = load(path)
+    except RecordingError as e:
+        _say(f"ctmon: {e}")
+        return None
+    if session.exit is None and info.known:
+        # the disk kept the exit out of the file: the job's status is still the truth to tell
+        session.apply(E.Exit(t=info.t, code=info.code, signal=info.signal))
+    return build_report(session)
 
 
 def _announce(sup: Supervisor, addr: str, token_path: str) -> None:
@@ -192,6 +231,16 @@ def _announce(sup: Supervisor, addr: str, token_path: str) -> None:
         f"ctmon: viewers can connect to {addr}: ctmon watch --connect {addr} --token-file {token_path} "
         f"(or CTMON_TOKEN=$(cat {token_path}) ctmon watch --connect {addr})"
     )
+
+
+def _say_all(lines: list[str]) -> None:
+    if not lines:
+        return
+    try:
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 def _say(line: str) -> None:

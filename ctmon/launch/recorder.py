@@ -1,10 +1,22 @@
 """The supervisor's recorder: the recording file and the job's raw output log.
 
-Lines are appended to a pending list and written on the loop's next flush.
-When the disk is full (or the file is gone) the rest stays in memory, up to
-``MAX_PENDING_BYTES``, and the write is retried on every pass: the job runs
-on regardless. Lines past that cap are only counted, and once the recording
-can be written again a note says how many were lost.
+Lines are appended to a pending list and written on the loop's next flush
+(``writev``: no copy of them is joined first); a line of ``WRITE_NOW_BYTES``
+or more (the job's output, when it writes fast) is written at once, from the
+caller's buffer, which the caller may then reuse: no allocation per event
+(page faults cost a fast job more than the copy). When the disk is full (or the
+file is gone, or too large for the process's limit) the rest stays in
+memory, up to ``MAX_PENDING_BYTES``, and the write is retried on every pass:
+the job runs on regardless. Lines past that cap are only counted, and once
+the recording can be written again a note says how many were lost.
+
+The file only ever ends with a whole line: a write the disk cut short
+mid-line is rolled back (truncated to the last whole line, which stays
+``size``) and that line is written again, whole, with the rest. If the run
+ends with lines still unwritten, ``seal`` ends the file with a note saying
+how many, and the job's exit, in the room the disk has (trimming a few
+whole lines from the end when even that room is missing): a reader of the
+file alone learns that it is incomplete.
 
 Viewers read what is on disk (``read_fd`` at their own offset, up to
 ``size``), so nothing here keeps per-viewer state.
@@ -12,12 +24,21 @@ Viewers read what is on disk (``read_fd`` at their own offset, up to
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from collections.abc import Callable
 from typing import BinaryIO
 
 from ctmon.launch import files
 
 MAX_PENDING_BYTES = 256 << 20  # events held in memory while the disk is full
+WRITE_BATCH = 1024  # lines per writev (IOV_MAX on Linux)
+WRITE_NOW_BYTES = 64 << 10  # lines this long are written as they come: the syscall is paid for
+# How far ``seal`` trims whole lines from the end to make room for its note
+# and the exit, tried in turn (bytes before the end).
+SEAL_TRIMS = (0, 4 << 10, 64 << 10, 1 << 20)
+LINE_SEARCH = 2 << 20  # the longest line a trim looks back over (readers skip lines over 1 MiB)
 
 
 class RecorderError(Exception):
@@ -31,11 +52,15 @@ class Recorder:
         self.new_files = new_files  # ctmon chose the names: create them, never reuse what is there
         self.fd = -1
         self.read_fd = -1
-        self.size = 0  # bytes on disk, what viewers may be sent
+        self.size = 0  # bytes on disk, whole lines only: what viewers may be sent
         self.error: str | None = None  # why the last write failed, while it keeps failing
-        self.pending: list[bytes] = []  # lines not yet on disk (a full disk keeps them here)
+        self.last_error: str | None = None  # why a write last failed, kept once writes work again
+        self.pending: list[bytes] = []  # lines not yet on disk (a full disk keeps them here), oldest first
         self._pending_bytes = 0
-        self._lost_lines = 0
+        self._lost_lines = 0  # past the memory cap, not yet reported in a note
+        self._said: str | None = None  # a change of state the next flush tells
+        self.unwritten = 0  # after ``seal``: events of the run that are not in the file
+        self.sealed_at: int | None = None  # where ``seal`` wrote its note (and the exit)
         self.outlog: BinaryIO | None = None
 
     def open(self) -> None:
@@ -66,50 +91,171 @@ class Recorder:
 
     # ------------------------------------------------------------ recording
 
-    def append(self, line: bytes) -> None:
+    def append(self, line: bytes | bytearray) -> None:
+        """One whole line (ending with a newline), lent: what must wait for
+        a later write is copied, so the caller may reuse its buffer."""
         if self.fd < 0:
             return
         if self._pending_bytes + len(line) > MAX_PENDING_BYTES:
             self._lost_lines += 1  # the disk has been full for a long while
             return
-        self.pending.append(line)
+        if len(line) >= WRITE_NOW_BYTES and self.error is None:
+            self.pending.append(line)  # type: ignore[arg-type]  # lent, for the write just below
+            self._pending_bytes += len(line)
+            self._write()
+            if self.pending and self.pending[-1] is line:
+                self.pending[-1] = bytes(line)  # the disk refused it: ours to keep now
+            return
+        self.pending.append(bytes(line))  # (a bytes object is not copied)
         self._pending_bytes += len(line)
+
+    @property
+    def incomplete(self) -> bool:
+        """Events of the run are not in the file (still in memory, or lost)."""
+        return bool(self.pending or self._lost_lines or self.unwritten)
 
     def flush(self) -> tuple[str | None, int]:
         """Write what is pending. Returns a change of state for the user
-        ("stuck: REASON" once when writes start failing, "resumed" once they
-        work again, else None) and the number of lines lost to the memory cap,
+        ("stuck" once when writes start failing, "resumed" once they work
+        again, else None) and the number of lines lost to the memory cap,
         counted once the backlog is written."""
-        said: str | None = None
         lost = 0
         if self.pending and self.fd >= 0:
-            data = memoryview(b"".join(self.pending))
-            written = 0
-            try:
-                while written < len(data):
-                    written += os.write(self.fd, data[written:])
-            except OSError as e:
-                # Disk full or gone: keep the rest in memory and retry on the
-                # next pass; the job runs on regardless.
-                if self.error is None:
-                    self.error = e.strerror or str(e)
-                    said = "stuck"
-            else:
-                if self.error is not None:
-                    self.error = None
-                    said = "resumed"
-            self.size += written
-            rest = bytes(data[written:])
-            self.pending = [rest] if rest else []
-            self._pending_bytes = len(rest)
-            if not rest and self._lost_lines:
+            self._write()
+            if not self.pending and self._lost_lines:
                 lost, self._lost_lines = self._lost_lines, 0
         if self.outlog is not None:
             try:
                 self.outlog.flush()
             except OSError:
                 self.outlog = None
+        said, self._said = self._said, None
         return said, lost
+
+    def _write(self) -> None:
+        failure = self._write_pending()
+        if failure is not None:
+            # Disk full or gone: keep the rest in memory and retry on the
+            # next pass; the job runs on regardless.
+            if self.error is None:
+                self._said = "stuck"
+            self.error = self.last_error = failure
+        elif self.error is not None:
+            self.error = None
+            # (a failure the user was not told of yet needs no "resumed")
+            self._said = None if self._said == "stuck" else "resumed"
+
+    def _write_pending(self) -> str | None:
+        """Write the pending lines in order, whole; the reason writing
+        stopped, or None when all are on disk."""
+        pending = self.pending
+        done = 0  # lines on disk
+        done_bytes = 0
+        failure: str | None = None
+        try:
+            while done < len(pending):
+                batch = pending[done : done + WRITE_BATCH]
+                n = os.writev(self.fd, batch)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                for line in batch:
+                    if n < len(line):
+                        break
+                    n -= len(line)
+                    done += 1
+                    done_bytes += len(line)
+                    self.size += len(line)
+                if n:  # cut short mid-line: the rest of that line, or none of it
+                    line = pending[done]
+                    self._write_all(memoryview(line)[n:])
+                    done += 1
+                    done_bytes += len(line)
+                    self.size += len(line)
+        except OSError as e:
+            failure = e.strerror or str(e)
+            self._roll_back()
+        if done:
+            del pending[:done]
+            self._pending_bytes -= done_bytes
+        return failure
+
+    def _write_all(self, data: memoryview) -> None:
+        while data:
+            n = os.write(self.fd, data)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            data = data[n:]
+
+    def _roll_back(self) -> None:
+        """End the file at its last whole line (``size``), and write from there."""
+        try:
+            if stat.S_ISREG(os.fstat(self.fd).st_mode):
+                os.ftruncate(self.fd, self.size)  # frees room: a shorter file needs no new block
+            os.lseek(self.fd, self.size, os.SEEK_SET)
+        except OSError:
+            pass  # the file is gone, or the device is not a file: nothing more to undo
+
+    # ------------------------------------------------------------ run's end
+
+    def seal(self, exit_line: bytes | None, note: Callable[[int], bytes]) -> None:
+        """The run is over and lines are still unwritten: end the file with
+        ``note(n)`` (n: the events missing from it) and the exit line, in the
+        room the disk has; when even that is missing, whole lines are trimmed
+        from the end (at most ~1 MiB, never the first line) and counted as
+        missing too. ``unwritten`` says how many events the file lacks."""
+        missing = len(self.pending) + self._lost_lines
+        if exit_line is not None and any(line is exit_line for line in self.pending):
+            missing -= 1  # written below, in the note's company
+        else:
+            exit_line = None
+        self.pending, self._pending_bytes, self._lost_lines = [], 0, 0
+        trimmed = 0
+        for trim in SEAL_TRIMS:
+            if trim:
+                cut = self._trim(trim)
+                if cut is None:
+                    break
+                trimmed += cut
+            tail = note(missing + trimmed) + (exit_line or b"")
+            try:
+                self._write_all(memoryview(tail))
+            except OSError:
+                self._roll_back()
+                continue
+            self.sealed_at = self.size
+            self.size += len(tail)
+            break
+        unsealed_exit = exit_line is not None and self.sealed_at is None
+        self.unwritten = missing + trimmed + unsealed_exit
+
+    def _trim(self, room: int) -> int | None:
+        """Cut the file back to the last line end at least ``room`` bytes
+        before its end (never into the first line); the lines cut, or None
+        when there is no such line end."""
+        limit = self.size - room
+        if limit <= 0 or self.read_fd < 0:
+            return None
+        start = max(0, limit - LINE_SEARCH)
+        try:
+            window = os.pread(self.read_fd, self.size - start, start)
+            first_end = self._first_line_end()
+        except OSError:
+            return None
+        if len(window) != self.size - start:
+            return None
+        at = window.rfind(b"\n", 0, limit - start)
+        if at < 0 or start + at + 1 < first_end:
+            return None
+        end = start + at + 1
+        cut = window.count(b"\n", end - start)
+        self.size = end
+        self._roll_back()
+        return cut
+
+    def _first_line_end(self) -> int:
+        head = os.pread(self.read_fd, 1 << 16, 0)
+        at = head.find(b"\n")
+        return at + 1 if at >= 0 else len(head)
 
     def fsync(self) -> None:
         if self.fd >= 0:

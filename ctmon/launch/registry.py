@@ -16,11 +16,15 @@ from ctmon.wire import events as E
 from ctmon.wire.protocol import STEP_RANK
 
 REGISTRY_INTERVAL_S = 2.0  # how often session.json is refreshed
+# ctmon.agent.trace.CAPTURE_SOURCE: a note saying compile capture was off a while
+CAPTURE_SOURCE = "capture"
+MAX_CAPTURE_NOTES = 100
 
 
 class RunCounts:
     """What ``ctmon watch`` lists about a live job, counted off the events as
-    they are recorded (the supervisor folds no store: the viewers do that)."""
+    they are recorded (the supervisor folds no store: the viewers do that).
+    ``ctmon record -q`` ends with these too: it reads nothing back."""
 
     def __init__(self) -> None:
         self.start_t: float | None = None
@@ -31,6 +35,7 @@ class RunCounts:
         self._active: set[str | None] = set()  # compiles started, not finished
         self._src = -1  # the step clock: the best-ranked source seen (as the store picks it)
         self._steps = 0
+        self.capture_notes: list[E.Note] = []  # what `record -q` still warns about
 
     def count(self, ev: E.Event) -> None:
         kind = type(ev)
@@ -51,6 +56,10 @@ class RunCounts:
             self.recompiles += bool(ev.recompile_reason)
         elif kind is E.GraphBreak:
             self.graph_breaks += 1
+        elif kind is E.Note:
+            assert isinstance(ev, E.Note)
+            if ev.source == CAPTURE_SOURCE and len(self.capture_notes) < MAX_CAPTURE_NOTES:
+                self.capture_notes.append(ev)
         elif kind is E.SessionStart:
             if self.start_t is None:
                 self.start_t = ev.t

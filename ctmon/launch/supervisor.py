@@ -53,6 +53,9 @@ DRAIN_TIMEOUT_S = 2.0
 HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children
 VIEWER_GRACE_S = 5.0
 MAX_PEER_NOTES = 20  # notes about misbehaving peers in one recording; later ones are only counted
+# The source of the note that ends a recording the disk kept events from
+# (ctmon.report.gate.RECORDING_SOURCE: the launch layer does not import reports).
+RECORDING_SOURCE = "recording"
 
 
 @dataclass
@@ -103,7 +106,9 @@ class Supervisor:
         )
         self.registry = Registry(opts.session_dir, opts.session_id, opts.mode, spec.display(), spec.cwd, opts.recording)
         self.on_event: Callable[[E.Event | E.Unknown], None] | None = None
-        self._encode = msgspec.json.Encoder().encode
+        encoder = msgspec.json.Encoder()
+        self._encode, self._encode_into = encoder.encode, encoder.encode_into
+        self._line = bytearray()
         self.on_listening: Callable[[str, str], None] | None = None
         self.metrics: MetricsServer | None = None
         self.on_metrics: Callable[[], None] | None = None  # the endpoint is up (record says where)
@@ -241,10 +246,13 @@ class Supervisor:
     # ------------------------------------------------------------- recording
 
     def _emit(self, ev: E.Event) -> None:
-        """An event the supervisor makes (its own, or from the step rings)."""
-        self._write_line(self._encode(ev) + b"\n", ev)
+        """An event the supervisor makes (its own, the job's output, the step rings)."""
+        line = self._line  # reused: the recorder copies what it keeps (no allocation per output chunk)
+        self._encode_into(ev, line)
+        line.append(10)
+        self._write_line(line, ev)
 
-    def _write_line(self, line: bytes, ev: E.Event | E.Unknown) -> None:
+    def _write_line(self, line: bytes | bytearray, ev: E.Event | E.Unknown) -> None:
         if not isinstance(ev, E.Unknown):
             self.registry.count(ev)
         if self.on_event is not None:
@@ -350,15 +358,19 @@ class Supervisor:
         self.intake.drain_rings()  # every boundary the job wrote, even if it was killed
         self.job.check_exec(self.intake.pids(), alive=False)
         exit_ev = self.job.exit_event()
+        exit_line = None
         if exit_ev is not None:
-            self._emit(exit_ev)
+            exit_line = self._encode(exit_ev) + b"\n"
+            self._write_line(exit_line, exit_ev)
         while self.inbox:
             ev = self.inbox.popleft()
             if not isinstance(ev, E.Sample):
                 self._emit(ev)
         self._flush()
-        if self.recorder.pending:  # a last try (e.g. space was freed meanwhile)
+        if self.recorder.incomplete:  # a last try (e.g. space was freed meanwhile)
             self._flush()
+        if self.recorder.incomplete:
+            self._seal(exit_line)
         self.recorder.fsync()
         self.exit = self.registry.exit
         self.registry.write("exited")
@@ -366,6 +378,24 @@ class Supervisor:
         if self.metrics is not None:
             self.metrics.close()
         self._close()
+
+    def _seal(self, exit_line: bytes | None) -> None:
+        """The disk kept events out of the recording to the end: the file ends
+        with a note saying so (and the job's exit), so that whoever reads it
+        later, without this process's memory, knows it is incomplete."""
+        reason = self.recorder.last_error or "the recording could not be written"
+
+        def note(missing: int) -> bytes:
+            message = f"this recording is INCOMPLETE: {missing} events of the run could not be written ({reason})"
+            ev = E.Note(t=time.time(), level="error", source=RECORDING_SOURCE, message=message)
+            return self._encode(ev) + b"\n"
+
+        self.recorder.seal(exit_line, note)
+        sealed_at = self.recorder.sealed_at
+        if sealed_at is not None:
+            for v in self.viewers.viewers:  # lines trimmed to make room: viewers go on where the note starts
+                v.cursor = min(v.cursor, sealed_at)
+            self.viewers.wake_all()
 
     def _serve_remaining_viewers(self) -> None:
         deadline = time.monotonic() + VIEWER_GRACE_S

@@ -15,6 +15,18 @@ every budget on a compile-derived metric fails with a line saying why; step
 metrics (read from the step ring, which the logger does not carry) are still
 checked normally. A gap in which no compile started (level info) loses
 nothing and gates nothing.
+
+A gate fails closed on an incomplete recording too. When the disk kept
+events out of the recording to the end of the run, every count read from it
+(compiles and steps alike) may be short, so every budget not already broken
+is unverified: ``ctmon record`` then exits ``RECORDING_EXIT`` (4), not 3, so
+that CI can tell "the run broke a budget" from "ctmon could not keep what it
+needed to judge" (retry on a disk with room); the job's own non-zero exit
+code still wins over both. The file says so itself: ctmon ends it with an
+error note of source ``recording`` (``recording_notes``) where the disk left
+room, so ``ctmon report --fail-on`` on it fails as well (exit 3, as any
+failed budget there). Without a gate, ``ctmon record`` exits as the job did,
+incomplete recording or not, and says what is missing on stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BUDGET_EXIT = 3
+RECORDING_EXIT = 4  # a gate's budgets unverified: the recording is incomplete or unreadable
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -62,6 +75,7 @@ METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
 # Counted from the step ring, not from PyTorch's trace logger.
 STEP_METRICS = frozenset({"p50_ms", "p90_ms", "steps"})
 CAPTURE_SOURCE = "capture"  # ctmon.agent.trace.CAPTURE_SOURCE (the report layer never imports the agent)
+RECORDING_SOURCE = "recording"  # ctmon.launch.supervisor.RECORDING_SOURCE: the note ending an incomplete recording
 
 _EXPR = re.compile(r"^\s*([a-z_0-9]+)\s*(>=|<=|==|!=|>|<)\s*(-?\d+(?:\.\d+)?)\s*$")
 
@@ -104,10 +118,18 @@ def capture_lost(report: dict[str, Any]) -> bool:
     return any(n.get("level") != "info" for n in capture_notes(report))
 
 
-def capture_lines(report: dict[str, Any], quiet: bool = False) -> list[str]:
-    """What `record` and `report` print about capture gaps (warnings even when quiet)."""
+def recording_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The note that ends a recording the disk kept events from (empty: none)."""
+    return [n for n in report.get("notes") or [] if isinstance(n, dict) and n.get("source") == RECORDING_SOURCE]
+
+
+def capture_lines(report: dict[str, Any], quiet: bool = False, incomplete_notes: bool = True) -> list[str]:
+    """What `record` and `report` print about capture gaps, and about a
+    recording that says it is incomplete (warnings even when quiet;
+    ``incomplete_notes=False``: the caller says that itself)."""
     out = []
-    for n in capture_notes(report):
+    notes = capture_notes(report) + (recording_notes(report) if incomplete_notes else [])
+    for n in notes:
         if n.get("level") == "info" and quiet:
             continue
         msg = _CONTROL.sub("?", str(n.get("message") or ""))[:600]  # a recording is anyone's bytes
@@ -115,18 +137,35 @@ def capture_lines(report: dict[str, Any], quiet: bool = False) -> list[str]:
     return out
 
 
+def incomplete_line(path: str, events: int, steps: int, reason: str) -> str:
+    """What `record` says of a recording the disk kept events from."""
+    return (
+        f"recording {_CONTROL.sub('?', path)} is INCOMPLETE: {events} events ({steps} steps) "
+        f"could not be written: {reason}"
+    )
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def broken(budgets: list[Budget], report: dict[str, Any]) -> list[str]:
-    """One message per broken budget, or per budget a capture gap leaves unverified."""
+def broken(budgets: list[Budget], report: dict[str, Any], incomplete: str | None = None) -> list[str]:
+    """One message per broken budget, or per budget a capture gap or an
+    incomplete recording leaves unverified (``incomplete``: why the recording
+    is, when the caller knows; else its note says)."""
     out = []
     lost = capture_lost(report)
+    if incomplete is None and recording_notes(report):
+        incomplete = "see its note"
     for b in budgets:
         hit, value = b.check(report)
         shown = f"{value:g}" if value is not None else "?"
         if hit:
             out.append(f"budget broken: {b.metric} = {shown} (fails when {b.metric} {b.op} {b.limit:g})")
+        elif incomplete is not None:
+            out.append(
+                f"budget unverified: {b.metric} = {shown} counts only what the recording holds, and it is "
+                f"incomplete ({incomplete}); failing rather than passing on a wrong count"
+            )
         elif lost and b.metric not in STEP_METRICS:
             out.append(
                 f"budget unverified: {b.metric} = {shown} counts only the compiles ctmon saw, and the job's "

@@ -67,9 +67,16 @@ class OutputBuffer:
             return
         buf = self._partial.get(stream, "") + data
         parts = buf.split("\n")
-        for part in parts[:-1]:
-            self._emit(stream, part)
-        tail = parts[-1]
+        tail = parts.pop()
+        if "\r" not in buf and max(map(len, parts), default=0) <= MAX_LINE_CHARS:
+            # a fast writer's chunk (up to 128 KiB): thousands of plain lines,
+            # of which only the last MAX_LINES stay
+            keep = parts[-self.lines.maxlen :] if self.lines.maxlen else parts
+            self.lines.extend(_lines_of(repeat(stream), keep))
+            self.total_lines += len(parts)
+        else:
+            for part in parts:
+                self._emit(stream, part)
         if len(tail) > MAX_LINE_CHARS * 4:
             self._emit(stream, tail)
             tail = ""

@@ -220,7 +220,7 @@ class Session:
         return self
 
     def _fold_output(self, outs: list[E.Output]) -> None:
-        self.output.feed_many([o.stream or "stdout" for o in outs], [o.data for o in outs])
+        self.output.feed_many([o.stream or "stdout" for o in outs], [o.text() for o in outs])
         self.rev["output"] += len(outs)
 
     def _fold_steps(self, run: list[E.Steps]) -> None:
@@ -414,7 +414,7 @@ class Session:
         self._log(ev.t, "note", _first_line(ev.message), sev)
 
     def _on_output(self, ev: E.Output) -> None:
-        self.output.feed(ev.stream or "stdout", ev.data)
+        self.output.feed(ev.stream or "stdout", ev.text())
         self.rev["output"] += 1
 
     def _on_sample(self, ev: E.Sample) -> None:

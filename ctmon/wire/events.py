@@ -21,6 +21,7 @@ agent sends with these types, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import binascii
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -398,9 +399,55 @@ class Note(Ranked, tag="note", omit_defaults=False):
     missing_compiles: int | None = None
 
 
+#: ``Output.enc`` of a chunk whose bytes are not UTF-8: ``data`` holds them in base64
+OUTPUT_BASE64 = "base64"
+
+
 class Output(Event, tag="output", omit_defaults=False):
+    """A chunk of the job's stdout or stderr (the supervisor), byte-exact.
+
+    ``data`` is the chunk's text when its bytes are UTF-8. A chunk that is not
+    carries ``enc`` = ``"base64"`` and its bytes in base64 (a third larger,
+    instead of the two to six bytes JSON spends on each byte it cannot put in
+    a string). Left out when unset (``UNSET`` is never written), so a text
+    chunk reads as it always did; a reader that predates ``enc`` shows such a
+    chunk's base64 as text."""
+
     stream: str = "stdout"
     data: str = ""
+    enc: str | msgspec.UnsetType = msgspec.UNSET
+
+    def raw(self) -> bytes | None:
+        """The chunk's bytes as the job wrote them (None: an encoding this
+        version does not know, or base64 that does not decode)."""
+        if self.enc is msgspec.UNSET:
+            return self.data.encode("utf-8", "replace")
+        if self.enc == OUTPUT_BASE64:
+            try:
+                return binascii.a2b_base64(self.data)
+            except (binascii.Error, ValueError):
+                return None
+        return None
+
+    def text(self) -> str:
+        """The chunk as a terminal would show it: bytes that are not UTF-8
+        become U+FFFD."""
+        if self.enc is msgspec.UNSET:
+            return self.data
+        raw = self.raw()
+        if raw is None:
+            return f"[ctmon: {len(self.data)} characters of output in an encoding this version cannot read]"
+        return raw.decode("utf-8", "replace")
+
+
+class OutputBytes(Event, tag="output", omit_defaults=False):
+    """How the supervisor writes a chunk that is not UTF-8: msgspec writes
+    ``bytes`` as base64 in the same pass that writes the line. Read back, it
+    is an ``Output`` with ``enc`` = ``"base64"`` (never decoded as this)."""
+
+    stream: str = "stdout"
+    data: bytes | memoryview = b""  # a slice of a larger read needs no copy
+    enc: str = OUTPUT_BASE64
 
 
 class GpuSample(msgspec.Struct, gc=False):
