@@ -414,7 +414,7 @@ def test_stop_grace_from_a_viewer_is_bounded() -> None:
     job = Job.__new__(Job)
     sent: list[int] = []
     job.proc = Running()  # type: ignore[assignment]
-    job.signal_job = lambda sig, group: sent.append(sig)  # type: ignore[method-assign]
+    job.signal_job = lambda sig, group, reason: sent.append(sig)  # type: ignore[method-assign]
     job.emit = lambda ev: None
     for grace, want in (
         (5, 5.0),

@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import select
 import selectors
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ctmon.launch import signal_policy
 from ctmon.launch.runtime import alive
 from ctmon.wire import events as E
 
@@ -35,6 +38,8 @@ class AdoptedJob:
         self.last_output = 0.0
         self._gone = False
         self._refused = False
+        self._pending_signals: list[int] = []
+        self._signals_noted: set[int] = set()
 
     # what the supervisor calls on a job it started; most have nothing to do here
 
@@ -74,10 +79,28 @@ class AdoptedJob:
         pass
 
     def install_signals(self, wake_fd: int) -> None:
-        pass
+        """A signal that would end this supervisor is not passed on (the job is
+        not ctmon's to signal) but noted and ignored: a scheduler signals every
+        process of a job at once (SLURM's scancel: SIGTERM), and the job's last
+        moments (its checkpoint on SIGTERM) are still recorded. The supervisor
+        ends with the job (signal_policy.py lists the signals)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (*signal_policy.forwarded("attach"), *signal_policy.IGNORED):
+            signal.signal(sig, lambda signum, frame: self._pending_signals.append(signum))
+        signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
 
     def handle_signals(self) -> None:
-        pass
+        while self._pending_signals:
+            sig = self._pending_signals.pop(0)
+            if sig in self._signals_noted:
+                continue
+            self._signals_noted.add(sig)
+            msg = (
+                f"ctmon received {signal_policy.signal_name(sig)} and ignored it: this job is not ctmon's to "
+                "signal, and ctmon records it until it ends"
+            )
+            self.emit(E.Note(t=time.time(), level="info", source="ctmon", message=msg))
 
     def escalate_stop(self) -> None:
         pass

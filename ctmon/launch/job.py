@@ -28,19 +28,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ctmon.launch import execwatch, relay, stdfds
+from ctmon.launch import execwatch, relay, signal_policy, stdfds
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.store import ExitInfo
+from ctmon.store.findings.silent import PASSED_ON, sent_signal_message
 from ctmon.wire import events as E
 from ctmon.wire import protocol
 
-READ_SIZE = 16 * 1024
+# A job that writes as fast as it can fills its pipe (PIPE_SIZE) while the
+# supervisor records the last read; one read takes all of it, so the two
+# wait for each other once a MiB, not once each 64 KiB of a default pipe.
+READ_SIZE = 1 << 20
+PIPE_SIZE = 1 << 20  # the job's stdout/stderr pipes (Linux's pipe-max-size for unprivileged users)
+# One output event's bytes at most: in JSON a byte takes six at worst
+# (``\u0001``), which keeps the line under the 1 MiB a reader accepts
+# (protocol.MAX_LINE_BYTES).
+EVENT_BYTES = 128 * 1024
 MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
 MAX_STOP_GRACE_S = 7 * 24 * 3600.0
 MAX_RANK_WATCHES = 4096  # ranks' processes watched for an exec (one node's)
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kill": signal.SIGKILL}
+# why ctmon sent a viewer's signal, as the recording's note (and the findings) say it
+CONTROL_REASONS = {"interrupt": "Ctrl-C", "terminate": "a viewer's terminate", "kill": "a viewer's kill"}
 
 Emit = Callable[[E.Event], None]
 
@@ -50,7 +60,7 @@ class Stream:
         self.name = name
         self.fd = fd
         self.passthrough_fd = passthrough_fd
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.held = b""  # the first bytes of a UTF-8 character the next read completes
         self.open = True
 
 
@@ -82,6 +92,9 @@ class Job:
         self.rank_watches: dict[int, execwatch.ExecWatch] = {}  # a rank's pid -> its watch
         self._kill_at: float | None = None  # a `stop` control's SIGKILL, if the job outlives its grace
         self._pending_signals: list[int] = []
+        self._ignored_noted: set[int] = set()  # signals about ctmon's own process, noted once each
+        self._viewer_interrupted = False  # a viewer's Ctrl-C came: its kill is the second Ctrl-C
+        self._kill_reason = ""  # why the `stop` control's SIGKILL comes
 
     # ----------------------------------------------------------------- spawn
 
@@ -101,6 +114,7 @@ class Job:
             child_end, ours = slave, master
         else:
             ours, child_end = os.pipe()
+            _widen_pipe(ours)
         os.set_blocking(ours, False)
         return child_end, Stream(name, ours, passthrough)
 
@@ -165,7 +179,7 @@ class Job:
         if p is None:
             return None
         rc = p.wait()
-        code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
+        code, sig = (rc, None) if rc >= 0 else (None, signal_policy.signal_name(-rc))  # SIGRTMIN+3 too
         return E.Exit(t=time.time(), code=code, signal=sig)
 
     # --------------------------------------------------------------- streams
@@ -185,9 +199,7 @@ class Job:
                 pass
             data = b""
         if not data:
-            text = st.decoder.decode(b"", final=True)
-            if text:
-                self.emit(E.Output(t=time.time(), stream=st.name, data=text))
+            self._output(st, b"", final=True)
             self._close_stream(st)
             return
         if st.passthrough_fd is not None:
@@ -200,7 +212,32 @@ class Job:
                 st.passthrough_fd = None  # our terminal went away; keep recording
         self.recorder.log_output(data)
         self.last_output = time.monotonic()
-        text = st.decoder.decode(data)
+        self._record(st, data, final=False)
+
+    def _record(self, st: Stream, data: bytes, final: bool) -> None:
+        """A read's bytes as ``output`` events of at most EVENT_BYTES each."""
+        if len(data) <= EVENT_BYTES:
+            self._output(st, data, final)
+            return
+        view = memoryview(data)
+        for at in range(0, len(data), EVENT_BYTES):
+            self._output(st, view[at : at + EVENT_BYTES], final and at + EVENT_BYTES >= len(data))
+
+    def _output(self, st: Stream, data: bytes | memoryview, final: bool) -> None:
+        """A chunk as an ``output`` event, byte-exact: its text when it is
+        UTF-8 (a character the read cut in two waits for the next read),
+        else its bytes in base64."""
+        if st.held:
+            data, st.held = st.held + data, b""
+        if not data:
+            return
+        try:
+            text, used = codecs.utf_8_decode(data, "strict", final)
+        except UnicodeDecodeError:
+            self.emit(E.OutputBytes(t=time.time(), stream=st.name, data=data))
+            return
+        if used < len(data):
+            st.held = bytes(data[used:])  # at most 3 bytes: the start of a character
         if text:
             self.emit(E.Output(t=time.time(), stream=st.name, data=text))
 
@@ -211,9 +248,7 @@ class Job:
         BrokenPipeError under python): closing our end of its pipe makes
         that write fail the same way. What it had written still counts."""
         self.recorder.log_output(data)
-        text = st.decoder.decode(data, final=True)
-        if text:
-            self.emit(E.Output(t=time.time(), stream=st.name, data=text))
+        self._record(st, data, final=True)
         self.emit(
             _note(
                 f"the reader of ctmon's {st.name} went away (broken pipe); "
@@ -254,6 +289,7 @@ class Job:
         )
         self.emit(_note(msg))
         for st in left:
+            self._output(st, b"", final=True)  # the start of a character its last read cut off
             self._close_stream(st)
 
     # ------------------------------------------------------------- exec watch
@@ -298,9 +334,10 @@ class Job:
             # decides whether to stop, as it would without ctmon.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-        else:
-            signal.signal(signal.SIGINT, self._on_signal)  # detached: pass it on
-        for sig in FORWARDED_SIGNALS:
+        # Every other signal that would end ctmon is passed on to the job, or
+        # noted and ignored (ctmon/launch/signal_policy.py): ctmon outlives the
+        # job, so the recording always ends with the job's exit.
+        for sig in (*signal_policy.forwarded(self.mode), *signal_policy.IGNORED):
             signal.signal(sig, self._on_signal)
         if self.mode == "record":
             signal.signal(signal.SIGWINCH, self._on_signal)
@@ -317,10 +354,22 @@ class Job:
                     if st.open and st.passthrough_fd is not None and _isatty(st.passthrough_fd):
                         rows, cols = _term_size(st.passthrough_fd, self.pty_size)
                         _set_winsize(st.fd, rows, cols)
+            elif sig in signal_policy.IGNORED:
+                self._note_ignored(sig)
             else:
-                self.signal_job(sig, group=False)
+                self.signal_job(sig, group=False, reason=PASSED_ON)
 
-    def signal_job(self, sig: int, group: bool) -> None:
+    def _note_ignored(self, sig: int) -> None:
+        """Once per signal: a limit of ctmon's own (SIGXCPU, SIGXFSZ) repeats."""
+        if sig not in self._ignored_noted:
+            self._ignored_noted.add(sig)
+            why = signal_policy.IGNORED[sig]
+            name = signal_policy.signal_name(sig)
+            self.emit(_note(f"ctmon received {name} and ignored it: it is about {why}", "warning"))
+
+    def signal_job(self, sig: int, group: bool, reason: str) -> None:
+        """Send the job a signal, and record that ctmon sent it and why (the
+        findings tell a stop by ctmon from a kill by the system with it)."""
         p = self.proc
         if p is None or p.returncode is not None:
             return
@@ -331,13 +380,18 @@ class Job:
                 os.kill(p.pid, sig)
         except OSError:
             pass
-        self.emit(_note(f"sent {signal.Signals(sig).name} to the job"))
+        self.emit(_note(sent_signal_message(signal_policy.signal_name(sig), reason)))
 
     def control_signal(self, action: str) -> None:
         """A viewer's interrupt / terminate / kill (anything else is ignored)."""
         sig = CONTROL_SIGNALS.get(action)
-        if sig is not None:
-            self.signal_job(sig, group=True)
+        if sig is None:
+            return
+        reason = CONTROL_REASONS[action]
+        if action == "kill" and self._viewer_interrupted:
+            reason = "Ctrl-C twice"  # the TUI's second Ctrl-C sends the kill
+        self._viewer_interrupted = self._viewer_interrupted or action == "interrupt"
+        self.signal_job(sig, group=True, reason=reason)
 
     def stop(self, grace: object) -> None:
         """``stop``: SIGTERM now, SIGKILL after the grace if the job still runs
@@ -349,15 +403,16 @@ class Job:
         p = self.proc
         if p is None or p.returncode is not None:
             return
-        self.signal_job(signal.SIGTERM, group=True)
+        self.signal_job(signal.SIGTERM, group=True, reason="q → Stop")
         self._kill_at = time.monotonic() + g if g > 0 else None
+        self._kill_reason = f"q → Stop, still running after its {g:g} s grace"
         when = f"SIGKILL in {g:g} s if it still runs" if g > 0 else "no SIGKILL will follow"
         self.emit(_note(f"stop asked by a viewer: {when}"))
 
     def escalate_stop(self) -> None:
         if self._kill_at is not None and time.monotonic() >= self._kill_at:
             self._kill_at = None
-            self.signal_job(signal.SIGKILL, group=True)
+            self.signal_job(signal.SIGKILL, group=True, reason=self._kill_reason)
 
 
 # ---------------------------------------------------------------- helpers
@@ -387,6 +442,15 @@ def _set_winsize(fd: int, rows: int, cols: int) -> None:
         pass
 
 
+def _widen_pipe(fd: int) -> None:
+    """A job writing as fast as it can fills a 64 KiB pipe in microseconds and
+    waits for us each time; a wider one lets it run on while we record."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    except (AttributeError, OSError):
+        pass  # over the system's pipe-max-size, or the user's pipe budget: the default will do
+
+
 def _raw_output(fd: int) -> None:
     """No output post-processing on the pty: bytes pass through unchanged."""
     try:
@@ -413,7 +477,7 @@ def exit_like(info: ExitInfo) -> int:
     if info.code is not None:
         return info.code
     if info.signal:
-        sig = getattr(signal, info.signal, None)
+        sig = signal_policy.signal_number(info.signal)
         if sig is not None:
             sys.stdout.flush()
             sys.stderr.flush()

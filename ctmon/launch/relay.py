@@ -34,8 +34,12 @@ def start(pairs: list[tuple[int, int | None]], log_fd: int | None) -> bool:
 
 
 def _become_relay(keep: set[int]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH):
-        signal.signal(sig, signal.SIG_DFL)
+    for sig in signal.valid_signals():  # the supervisor's handlers (Job.install_signals) are not the relay's
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:

@@ -42,20 +42,33 @@ class JobSpec:
             return [self.python, "-m", self.target, *self.args]
         if self.mode == "command":
             return [self.target, *self.args]
-        return [self.python, self.target, *self.args]
+        return [self.python, *script_operand(self.target), *self.args]
 
     def display(self) -> list[str]:
         if self.mode == "module":
             return ["python", "-m", self.target, *self.args]
         if self.mode == "command":
             return [os.path.basename(self.target), *self.args]
-        return ["python", self.target, *self.args]
+        return ["python", *script_operand(self.target), *self.args]
 
     @property
     def name(self) -> str:
         if self.mode == "module":
             return self.target
         return os.path.basename(self.target.rstrip("/"))
+
+
+def script_operand(path: str) -> list[str]:
+    """How python is told to run the file ``path``. A name that starts with
+    ``-`` would be read as an option (``-c print(1)#.py`` runs its own name as
+    code), so ``--`` ends python's options first; sys.argv, sys.path[0] and
+    __main__ are then what they are for any file. ``-`` alone means stdin
+    even after ``--``: that file is named by its path."""
+    if path == "-":
+        return [os.path.join(os.curdir, path)]
+    if path.startswith("-"):
+        return ["--", path]
+    return [path]
 
 
 def command_path(name: str) -> str | None:
@@ -139,6 +152,7 @@ def check_torch() -> None:
 
 
 def check_not_target(output: str, spec: JobSpec) -> None:
-    if spec.mode == "script" and os.path.exists(output) and os.path.exists(spec.target):
+    # a program (./launch.sh) is the job's own file as much as a script is
+    if spec.mode in ("script", "command") and os.path.exists(output) and os.path.exists(spec.target):
         if os.path.samefile(output, spec.target):
             raise UsageError(f"refusing to write the recording over the script itself ({output})")

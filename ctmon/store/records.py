@@ -60,8 +60,9 @@ class ExitInfo:
         if self.code is not None:
             return self.code
         if self.signal:
+            base, _, offset = self.signal.partition("+")  # SIGRTMIN+3: a real-time signal
             try:
-                return 128 + int(getattr(_signal, self.signal))
+                return 128 + int(getattr(_signal, base)) + (int(offset) if offset else 0)
             except (AttributeError, TypeError, ValueError):
                 return 128
         return 1

@@ -60,6 +60,24 @@ CLOCK_S = 1.0
 STOP_GIVE_UP_AFTER_KILL_S = 7.0  # the viewer waits this long for the exit once SIGKILL is due
 
 
+def _leave_signals() -> tuple[int, ...]:
+    """The signals whose default action would end the viewer's process and
+    that it can catch, SIGHUP and SIGINT aside (Ctrl-C is a key here; run_app
+    handles a hang-up). The viewer has no use for any of them: it cannot pass
+    them on to a job (a viewer's controls are interrupt, terminate, kill and
+    stop), so each ends it as SIGTERM does, in order, never leaving the
+    terminal in the alternate screen. Faults (SIGSEGV, SIGBUS, ...) keep their
+    default: no handler can resume the code that faulted."""
+    names = "SIGTERM SIGQUIT SIGALRM SIGUSR1 SIGUSR2 SIGVTALRM SIGPROF SIGIO SIGPWR SIGSTKFLT SIGXCPU SIGXFSZ".split()
+    sigs = [int(getattr(signal, n)) for n in names if hasattr(signal, n)]
+    if hasattr(signal, "SIGRTMIN") and hasattr(signal, "SIGRTMAX"):
+        sigs += range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1)
+    return tuple(sigs)
+
+
+LEAVE_SIGNALS = _leave_signals()
+
+
 __all__ = ["AppResult", "CtmonApp", "FeedEnded", "Ingest", "MainScreen", "TabStrip", "tune_gc"]
 
 
@@ -144,10 +162,13 @@ class CtmonApp(App[AppResult]):
         if not self.is_headless:
             try:
                 loop = asyncio.get_running_loop()
-                # SIGTERM: an orderly exit. SIGHUP stays with run_app's handler
-                # (leave at once): its terminal is gone, and an orderly
-                # shutdown writing to a dead tty was seen to hang under load.
-                loop.add_signal_handler(signal.SIGTERM, self.finish, "detached")
+                # SIGTERM, and every other signal that would end the viewer
+                # outright: an orderly exit (the terminal restored; a launched
+                # job runs on under its supervisor). SIGHUP stays with
+                # run_app's handler (leave at once): its terminal is gone, and
+                # an orderly shutdown writing to a dead tty was seen to hang.
+                for sig in LEAVE_SIGNALS:
+                    loop.add_signal_handler(sig, self.finish, "detached")
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
 

@@ -19,6 +19,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.model import RANK_LIMIT, Finding
+from ctmon.store.findings.silent import signal_sent_by_ctmon
 from ctmon.store.launcher_failures import collective_timeouts, rank_failures
 from ctmon.words import cut
 
@@ -211,6 +212,9 @@ _KILLED = {
 }
 
 
+_STOP_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
+
+
 def rule_rank_failed(s: Session) -> list[Finding]:
     """A rank died and the launcher stopped the job: which, how, and what it means."""
     if not s.ranks:
@@ -221,6 +225,7 @@ def rule_rank_failed(s: Session) -> list[Finding]:
         return []
     first = fails[0]
     timed_out = collective_timeouts(stderr).get(first.rank) if first.signal == "SIGABRT" else None
+    stop = signal_sent_by_ctmon(s)  # ctmon's own stop (or one it passed on) is no out-of-memory kill
     if timed_out is not None:
         limit = f"the {timed_out.timeout_s:g} s timeout" if timed_out.timeout_s is not None else "its timeout"
         how = f"was aborted by NCCL's watchdog: its {timed_out.op or 'collective'} waited past {limit}"
@@ -231,6 +236,8 @@ def rule_rank_failed(s: Session) -> list[Finding]:
     else:
         how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
         why = _KILLED.get(first.signal or "", "")
+        if stop is not None and first.signal in _STOP_SIGNALS:
+            why = f"{stop.text()} to stop the job; this exit follows from that stop"
     how += f" (pid {first.pid}{f', {first.host}' if first.host else ''})"
     others = [f for f in fails[1:]]
     rs = s.ranks.get(first.rank)
@@ -269,6 +276,8 @@ def rule_rank_failed(s: Session) -> list[Finding]:
                 "collective (the rank-divergence or stalled-rank findings say which, and why). Raise the timeout "
                 "(init_process_group(timeout=...)) only for a wait that is expected, e.g. a first compile."
                 if timed_out is not None
+                else "Nothing to fix if the stop was intended."
+                if stop is not None and first.signal in _STOP_SIGNALS
                 else "Look at that rank first: its own traceback in the output if it raised, the node's memory if it "
                 "was killed (a smaller batch, activation checkpointing, or fewer DataLoader workers per rank)."
                 if first.signal in (None, "SIGKILL")
