@@ -27,7 +27,7 @@ from typing import Any
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
-from ctmon.launch import runtime
+from ctmon.launch import files, runtime
 from ctmon.launch.spec import JobSpec
 from ctmon.report.bench import MODES, ModeRun, compare, mode_row, render_markdown, render_text
 from ctmon.report.follow import Follower as RecordingFollower
@@ -37,7 +37,13 @@ OPTIONS = [
     OptionSpec(("--steps",), "steps", True, help="stop each run after N steps (default: let it end)", metavar="N"),
     OptionSpec(("--warm",), "warm", help="run each mode again on the same compile cache: cold vs warm compile time"),
     OptionSpec(("--cache-dir",), "cache_dir", True, help="Inductor's cache for the runs (default: a fresh one)"),
-    OptionSpec(("--time-limit",), "time_limit", True, help="stop a run after S seconds (default 1800)", metavar="S"),
+    OptionSpec(
+        ("--time-limit",),
+        "time_limit",
+        True,
+        help="stop a run S seconds after it starts, start-up and compiles included (default 1800)",
+        metavar="S",
+    ),
     OptionSpec(("-o", "--output"), "output", True, help="keep the recordings in DIR", metavar="DIR"),
     OptionSpec(("--json",), "json", help="print the results as JSON"),
     OptionSpec(("--md",), "md", help="print the table as Markdown"),
@@ -65,10 +71,12 @@ def main(argv: list[str]) -> int:
     if parsed.flag("json") and parsed.flag("md"):
         raise CliError("bench: --json and --md are alternatives: give one")
     out_dir = parsed.text("output") or os.path.join(runtime.state_dir(), f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    _refuse_live_files(out_dir, modes, parsed.flag("warm"))
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
         raise CliError(f"bench: cannot create {out_dir}: {e.strerror or e}") from None
+    held = files.hold_directory(out_dir)  # ctmon runs leaves it alone while held (between runs too)
     own_cache = parsed.text("cache_dir") is None  # ours: removed at the end (Inductor caches grow large)
     cache = parsed.text("cache_dir") or tempfile.mkdtemp(prefix="ctmon-bench-cache-")
     progress = Progress(sys.stderr)
@@ -97,6 +105,8 @@ def main(argv: list[str]) -> int:
         interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if held is not None:
+            os.close(held)
         if own_cache:
             shutil.rmtree(cache, ignore_errors=True)
     progress.done()
@@ -123,6 +133,24 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"ctmon: bench interrupted: {len(runs)} of {len(modes)} mode(s) run\n")
         return 130
     return 0 if any(r["status"] in ("ok", "time-limit") for r in rows) else 1
+
+
+def _refuse_live_files(out_dir: str, modes: list[str], warm: bool) -> None:
+    """One line before any run if a running ctmon writes in ``out_dir``
+    (another bench), or writes a file there that a run here would replace
+    (``run_mode`` clears what a run's names hold before the run)."""
+    from ctmon.cli.outfile import refuse_busy_directory, refuse_overwrite
+
+    refuse_busy_directory("bench", out_dir)
+    for mode in modes:
+        for suffix in ("", "-warm") if warm and mode != "eager" else ("",):
+            for path in _run_files(out_dir, mode, suffix):
+                refuse_overwrite("bench", path, ())
+
+
+def _run_files(out_dir: str, mode: str, suffix: str = "") -> tuple[str, str]:
+    """A run's recording and its output log."""
+    return os.path.join(out_dir, f"{mode}{suffix}.jsonl"), os.path.join(out_dir, f"{mode}{suffix}.output.log")
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -168,8 +196,7 @@ def run_mode(
     label: str,
     suffix: str = "",
 ) -> ModeRun:
-    rec = os.path.join(out_dir, f"{mode}{suffix}.jsonl")
-    log = os.path.join(out_dir, f"{mode}{suffix}.output.log")
+    rec, log = _run_files(out_dir, mode, suffix)
     for stale in (rec, log):
         if os.path.exists(stale):
             os.unlink(stale)
@@ -196,20 +223,20 @@ def run_mode(
                 elif elapsed > limit:
                     stopped = "time-limit"
                 if stopped is not None:
-                    _signal_group(proc, signal.SIGINT)
-                    stop_at, stage = time.monotonic() + INTERRUPT_GRACE_S, 1
+                    stop_at, stage = _interrupt_run(proc, follow)
+            elif stage == 0 and follow.events:  # the stop waited for the recording to begin
+                stop_at, stage = _interrupt_run(proc, follow)
             elif stop_at is not None and time.monotonic() > stop_at:
-                sig = signal.SIGTERM if stage == 1 else signal.SIGKILL
+                sig = signal.SIGTERM if stage <= 1 else signal.SIGKILL
                 _signal_group(proc, sig)
-                stop_at, stage = (time.monotonic() + TERM_GRACE_S, 2) if stage == 1 else (None, 3)
+                stop_at, stage = (time.monotonic() + TERM_GRACE_S, 2) if stage <= 1 else (None, 3)
             time.sleep(POLL_S)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM to ctmon bench: stop this run first
             if stopped == "interrupted":  # asked twice: no more grace
                 _signal_group(proc, signal.SIGKILL)
             else:
                 stopped = "interrupted"
-                _signal_group(proc, signal.SIGINT)
-                stop_at, stage = time.monotonic() + INTERRUPT_GRACE_S, 1
+                stop_at, stage = _interrupt_run(proc, follow)
     follow.read(final=True)
     progress.show(label, "done", "", time.monotonic() - started, keep=True)
     run = ModeRun(mode, follow.session if follow.events else None, rec, stopped, code)
@@ -228,6 +255,18 @@ def _step(
     follow.read()
     progress.show(label, *follow.state(), time.monotonic() - started)
     return code
+
+
+def _interrupt_run(proc: subprocess.Popen[bytes], follow: Follower) -> tuple[float, int]:
+    """Ctrl-C to the run, once its recording has begun: (when to escalate,
+    stage 1). Until then ``ctmon record`` is starting and has not yet left
+    Ctrl-C to the job -- the signal would end ctmon itself, nothing
+    recorded, as a short limit on a loaded machine did -- so the stop waits
+    for the recording (stage 0), escalating after the same grace."""
+    if follow.events:
+        _signal_group(proc, signal.SIGINT)
+        return time.monotonic() + INTERRUPT_GRACE_S, 1
+    return time.monotonic() + INTERRUPT_GRACE_S, 0
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

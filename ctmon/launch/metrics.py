@@ -11,12 +11,16 @@ for a job of one process) and ``host``. docs/METRICS.md lists them.
 
 from __future__ import annotations
 
+import io
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ctmon.report.follow import Follower
@@ -25,6 +29,7 @@ from ctmon.store import Session
 # step-time buckets, seconds: a 1 ms inference step to a 10 s training step
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LABELS = ["rank", "host"]
+ANSWER_GRACE_S = 2.0  # how long close() waits for the scrapes being answered
 
 
 class MetricsError(Exception):
@@ -149,6 +154,68 @@ def _gpus(s: Session) -> Iterator[Any]:
     yield from (util, used, total, job, power)
 
 
+class _ScrapeServer(ThreadingWSGIServer):
+    """prometheus-client's server (a daemon thread per scrape), counting the
+    scrapes being answered so that ``close`` can let them finish."""
+
+    def __init__(self, host: str, port: int) -> None:
+        # the address family the host needs (an IPv6 address, a name), as start_http_server picks it
+        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        self._answering = 0
+        self._idle = threading.Condition()
+        super().__init__((host, port), _WholeAnswer)
+
+    def begin(self) -> None:
+        with self._idle:
+            self._answering += 1
+
+    def end(self) -> None:
+        with self._idle:
+            self._answering -= 1
+            self._idle.notify_all()
+
+    def wait_answered(self, timeout: float) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._answering == 0, timeout)
+
+
+class _WholeAnswer(WSGIRequestHandler):
+    """Sends each answer in one write: status line, headers with the body's
+    length, and body. wsgiref writes the status line, each server header and
+    the body apart, and scrape threads are daemons: a process that ends
+    between two writes left a client with a bare ``200 OK`` and, the
+    connection closed, an empty body -- every series gone at once. Written
+    whole, a scrape the end cuts off is a failed connection, or a body short
+    of its Content-Length, which clients refuse."""
+
+    server: _ScrapeServer
+    _counted = False
+
+    def handle(self) -> None:
+        to_client = self.wfile
+        answer = io.BytesIO()
+        self.wfile = answer
+        try:
+            super().handle()  # reads the request and answers into the buffer
+            to_client.write(answer.getvalue())
+        except OSError:  # the scraper left (reset, timed out): its error is not the job's, nor for its terminal
+            pass
+        finally:
+            self.wfile = to_client
+            if self._counted:
+                self.server.end()
+
+    def parse_request(self) -> bool:
+        whole = super().parse_request()
+        if whole:  # a request is in: close() lets its answer go out (a half-sent one holds nothing up)
+            self.server.begin()
+            self._counted = True
+        return whole
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (the job's stderr is the user's)."""
+
+
 class MetricsServer:
     """The endpoint, bound before the job starts (a busy port is one line
     and the job is not started), stopped when the supervisor ends."""
@@ -159,13 +226,19 @@ class MetricsServer:
         self._collector = StoreCollector(recording)
         registry.register(self._collector)
         try:
-            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
+            self._server = _ScrapeServer(self.host, self.port)
         except OSError as e:
             raise MetricsError(f"cannot serve metrics on {self.host}:{self.port}: {e.strerror or e}") from None
+        self._server.set_app(make_wsgi_app(registry))
+        self._thread = threading.Thread(target=self._server.serve_forever, name="ctmon-metrics", daemon=True)
+        self._thread.start()
 
     def serve(self) -> None:
         self._collector.ready = True
 
     def close(self) -> None:
+        """No new scrape is taken; those being answered get their whole
+        answer, for up to ``ANSWER_GRACE_S``."""
         self._server.shutdown()
         self._server.server_close()
+        self._server.wait_answered(ANSWER_GRACE_S)

@@ -262,7 +262,12 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[st
             continue
         body.append([_cell(k, r.get(k)) for _, k in cols])
         notes += [f"{r['mode']}: {_plain(n, r['mode'])}" for n in r.get("notes") or [] if "eager (" not in n]
-        if r["status"] == "time-limit" and r.get("p50_ms") is None:
+        if r["status"] == "time-limit" and not r.get("steps"):
+            notes.append(  # on a loaded machine, start-up alone (importing torch) can take that long
+                f"{r['mode']}: stopped at the time limit ({doc.get('time_limit_s', 0):g} s) before its first step: "
+                "give it more time with --time-limit"
+            )
+        elif r["status"] == "time-limit" and r.get("p50_ms") is None:
             notes.append(
                 f"{r['mode']}: stopped at the time limit ({doc.get('time_limit_s', 0):g} s) before any steady "
                 f"step ({r.get('steps', 0)} step(s) while compiling): give it more time with --time-limit"

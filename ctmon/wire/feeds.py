@@ -6,8 +6,10 @@ their own ``Session`` store; they never parse anything themselves.
 
 * ``SocketFeed``: a live job, from its supervisor's viewer socket. The
   supervisor streams the recording from byte 0, so the first batches bring
-  the full history, then new events as they happen. ``control()`` asks the
-  supervisor to signal the job (interrupt / terminate / kill).
+  the full history, then new events as they happen. A viewer still behind
+  when the supervisor closes (it serves late viewers only a few seconds
+  after the job's end) reads the rest from the recording. ``control()``
+  asks the supervisor to signal the job (interrupt / terminate / kill).
 * ``RecordingFeed``: a finished (or still growing) recording on disk.
 * ``NodesFeed``: the recordings of one job's nodes, as one job.
 * ``ListFeed``: events given in memory (tests, benchmarks).
@@ -25,8 +27,15 @@ from typing import Any
 
 from ctmon.wire import protocol
 from ctmon.wire.decode import Decoder, Fix, typed
-from ctmon.wire.events import Event, Exit, Refusal, Unknown
-from ctmon.wire.recording import ReadStats, StreamDecoder, open_recording, read_recording, unreadable_note
+from ctmon.wire.events import Event, Exit, Refusal, SessionStart, Unknown
+from ctmon.wire.recording import (
+    ReadStats,
+    RecordingError,
+    StreamDecoder,
+    open_recording,
+    read_recording,
+    unreadable_note,
+)
 
 Batch = list[Event | Unknown]
 
@@ -195,6 +204,7 @@ class SocketFeed(Feed):
             raise FeedError(f"cannot connect to {path}: {e.strerror or e}") from None
         s.settimeout(None)
         self._setup(s)
+        self._local = True  # the recording the stream comes from is on this machine
 
     @classmethod
     def tcp(cls, host: str, port: int, token: str, timeout: float = 5.0) -> SocketFeed:
@@ -241,6 +251,11 @@ class SocketFeed(Feed):
         self.disconnected = False
         self.oversized = 0
         self.error: str | None = None
+        self._local = False  # a Unix socket's feed is (__init__); a TCP peer's files are on its own host
+        self._closed = threading.Event()  # close() was called: the end of the stream is ours
+        self._head: bytes | None = b""  # the stream's first line, to know its recording again (None: not kept)
+        self._recording: str | None = None  # the recording, as its session event names it
+        self._ended = False  # the job's exit has come
 
     def fixes(self, fix: Fix) -> bool:
         self.fix = fix
@@ -259,6 +274,8 @@ class SocketFeed(Feed):
                         data = b""
                     if not data:
                         break
+                if self._head is not None and not self._recording:  # until the first event is in
+                    self._head = (self._head + data)[: protocol.MAX_LINE_BYTES]
                 batch = dec.feed(data)
                 data = b""
                 errors = [ev for ev in batch if type(ev) is Refusal]
@@ -266,11 +283,51 @@ class SocketFeed(Feed):
                     self.error = errors[0].message[:200]
                     batch = [ev for ev in batch if type(ev) is not Refusal]
                 if batch:
+                    self._note(batch)
                     yield batch
+            yield from self._read_on(dec)
         finally:
             dec.finish()
             self.oversized = dec.stats.oversized
             self.disconnected = True
+
+    def _note(self, batch: Batch) -> None:
+        """What reading on from the recording needs: which file, and whether
+        the stream is whole already."""
+        if self._head is not None and not self._recording:
+            first = batch[0]
+            head, newline, _ = self._head.partition(b"\n")
+            if type(first) is SessionStart and first.recording and newline:
+                self._recording, self._head = first.recording, head + newline
+            else:  # no session line first: there is no recording to know again
+                self._head = None
+        if not self._ended:
+            self._ended = any(type(ev) is Exit for ev in batch)
+
+    def _read_on(self, dec: StreamDecoder) -> Iterator[Batch]:
+        """The supervisor closed the connection before the job's exit came:
+        it has ended and gave up on this viewer (it serves late ones only a
+        few seconds), or it died. The stream is the recording's bytes from
+        byte 0, so a viewer on the same machine reads the rest from the file
+        where the stream stopped -- if the file still starts with this
+        stream's session line (a later run may have taken the name)."""
+        if self._ended or self._closed.is_set() or not self._local or not self._recording or not self._head:
+            return
+        try:
+            f = open_recording(self._recording)
+        except RecordingError:
+            return
+        with f:
+            if f.read(len(self._head)) != self._head:
+                return
+            f.seek(dec.fed)
+            while not self._closed.is_set():
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    break
+                batch = dec.feed(chunk)
+                if batch:
+                    yield batch
 
     def control(self, action: str, grace: float | None = None) -> bool:
         """Ask the supervisor to signal the job. ``stop``: SIGTERM now and
@@ -296,6 +353,7 @@ class SocketFeed(Feed):
             return False
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
