@@ -528,3 +528,42 @@ def test_a_normal_script_name_is_unchanged(tmp_path, rt) -> None:  # type: ignor
     )
     assert run.returncode == 0, run.stderr
     assert read_events(rec)[0][0]["command"] == ["python", script, "x"]
+
+
+# --------------------------------------------- Ctrl-C while the agent starts
+
+
+def _agent_tree_that_is_interrupted(tmp: str) -> str:
+    """ctmon's real sitecustomize beside a stand-in agent whose start is cut
+    short by Ctrl-C (KeyboardInterrupt), and a stand-in torch: where the user's
+    Ctrl-C lands when it comes while the agent starts. Returns the site dir."""
+    site = os.path.join(tmp, "root", "ctmon", "agent", "site")
+    os.makedirs(site)
+    here = os.path.dirname(os.path.abspath(__file__))
+    shutil.copy(os.path.join(here, "..", "ctmon", "agent", "site", "sitecustomize.py"), site)
+    for pkg in ("ctmon", os.path.join("ctmon", "agent")):
+        open(os.path.join(tmp, "root", pkg, "__init__.py"), "w").close()
+    with open(os.path.join(tmp, "root", "ctmon", "agent", "boot.py"), "w") as f:
+        f.write("def start(pending=False):\n    raise KeyboardInterrupt\n")
+    os.makedirs(os.path.join(tmp, "lib"))
+    with open(os.path.join(tmp, "lib", "torch.py"), "w") as f:
+        f.write("")
+    return site
+
+
+@pytest.mark.parametrize("when", ["at start-up", "at import torch"])
+def test_ctrl_c_while_the_agent_starts_stops_the_job_as_without_ctmon(tmp_path, when) -> None:  # type: ignore[no-untyped-def]
+    site = _agent_tree_that_is_interrupted(str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTMON_")}
+    env["PYTHONPATH"] = os.pathsep.join([site, str(tmp_path / "lib")])
+    env["CTMON_AGENT_SOCKET"] = str(tmp_path / "agent.sock")
+    if when == "at import torch":  # a quiet child that may become a rank: the agent starts at `import torch`
+        env["CTMON_AGENT_PID"] = "1"
+    code = "import torch\nprint('the job ran on')"
+    p = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    # as python ends on an uncaught KeyboardInterrupt: by SIGINT, the job's code not run on
+    assert p.returncode == -signal.SIGINT, (p.returncode, p.stdout, p.stderr)
+    assert "the job ran on" not in p.stdout
+    assert "hook disabled" not in p.stderr
+    if when == "at import torch":
+        assert "KeyboardInterrupt" in p.stderr  # the traceback at the job's own `import torch` line

@@ -69,6 +69,8 @@ class _TorchTrigger:
             pass
         try:
             _start_agent(pending=True)
+        except KeyboardInterrupt:
+            raise  # Ctrl-C during `import torch`: the job's own, as without ctmon
         except BaseException as exc:  # noqa: BLE001 - never keep torch from importing
             try:
                 sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
@@ -142,12 +144,25 @@ def _main() -> None:
             _start_agent()
         elif may_become_rank():
             sys.meta_path.insert(0, _TorchTrigger())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        _end_by_sigint()
     except BaseException as exc:  # noqa: BLE001 - never keep the job from starting
         try:
             sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
         except Exception:
             pass
     _chain_user_sitecustomize()
+
+
+def _end_by_sigint() -> None:
+    """Ctrl-C while the agent starts: the user asked the job to stop, and
+    without ctmon it would have (python ends an uncaught KeyboardInterrupt
+    by SIGINT). Swallowing it would run the job on."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)  # only if SIGINT could not end the process
 
 
 _main()
