@@ -600,6 +600,18 @@ def _open_fds(pid: int) -> int:
     return min(counts)
 
 
+def _fds_settled_to(pid: int, bound: int, within_s: float = 15.0) -> int:
+    """The supervisor's open fds once they are back to ``bound`` (it closes a
+    viewer's socket on one of its next passes, later on a busy machine); the
+    last count if they never are within ``within_s``: a leak."""
+    deadline = time.monotonic() + within_s
+    n = _open_fds(pid)
+    while n > bound and time.monotonic() < deadline:
+        time.sleep(0.1)
+        n = _open_fds(pid)
+    return n
+
+
 def test_attach_detach_ten_times(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """Ten viewers come and go mid-run: each gets the history from the first
     event; the supervisor keeps no trace of them (same open fds); the job is
@@ -621,8 +633,7 @@ def test_attach_detach_ten_times(tmp_path, rt) -> None:  # type: ignore[no-untyp
                 v.cleanup()
             assert st["first"] == "session" and st["events"] >= 30, st
             seen.append(st["events"])
-        time.sleep(0.3)  # the supervisor notices the last close on its next pass
-        fds_after = _open_fds(run.pid)
+        fds_after = _fds_settled_to(run.pid, fds_before)  # the supervisor notices the last close on a later pass
         assert not has_exit(run.rec), "the job ended before the viewers were done; make it longer"
         last = Viewer(tmp, sock, name="last")
         try:
@@ -632,7 +643,7 @@ def test_attach_detach_ten_times(tmp_path, rt) -> None:  # type: ignore[no-untyp
         rc = run.wait(60)
         assert rc == ref.rc, run.stderr()
         events, report = assert_complete(run.rec, ref.steps, ref)
-        assert fds_after == fds_before, (fds_before, fds_after)
+        assert fds_after <= fds_before, (fds_before, fds_after)  # no viewer left a trace
         assert final["events"] == len(events) and final["steps"] == ref.steps
         measure(
             "attach/detach x10",
