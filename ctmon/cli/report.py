@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from ctmon.cli import CliError
@@ -62,15 +63,30 @@ def main(argv: list[str]) -> int:
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":
-        json.dump(report, sys.stdout, indent=2, sort_keys=False, allow_nan=False, default=str)
-        sys.stdout.write("\n")
+        _write_out(json.dumps(report, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n")
     elif fmt == "md":
         from ctmon.report.markdown import markdown
 
-        sys.stdout.write(markdown(report))
+        _write_out(markdown(report))
     else:
-        sys.stdout.write(full_text(report))
+        _write_out(full_text(report))
     failures = gate.broken(checks, report)
     for msg in failures:
         sys.stderr.write(f"ctmon: {msg}\n")
     return gate.BUDGET_EXIT if failures else 0
+
+
+def _write_out(text: str) -> None:
+    """The report on stdout. A stdout that cannot take it (a full disk) is
+    one line, exit 1; a reader that went away (``| head``) is no error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        # what is still buffered would fail again as Python exits, as a traceback: it goes nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise CliError(f"report: cannot write the report: {e.strerror or e}", status=1) from None

@@ -3,8 +3,10 @@ watches its runs with, and what the metrics endpoint serves from."""
 
 from __future__ import annotations
 
+import os
+
 from ctmon.store import Session
-from ctmon.wire.recording import StreamDecoder
+from ctmon.wire.recording import READ_CHUNK, Decoded, StreamDecoder
 
 
 class Follower:
@@ -21,13 +23,17 @@ class Follower:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                chunk = f.read()
+                end = os.fstat(f.fileno()).st_size  # what is there now: a writer never keeps this reading
+                # a chunk at a time: what was appended since is never held whole
+                while self.offset < end and (chunk := f.read(min(READ_CHUNK, end - self.offset))):
+                    self.offset += len(chunk)
+                    self._fold(self.dec.feed(chunk))
         except OSError:
             return
-        self.offset += len(chunk)
-        evs = self.dec.feed(chunk)
         if final:
-            evs += self.dec.finish()
+            self._fold(self.dec.finish())
+
+    def _fold(self, evs: list[Decoded]) -> None:
         self.events += len(evs)
         self.session.apply_all(evs)
 

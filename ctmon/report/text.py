@@ -376,10 +376,13 @@ def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
     for x in ranks:
         st, c = x["steps"], x["compile"]
         fx = (x.get("cache") or {}).get("fx_graph") or {}
-        steps = plural(st["count"], "step") + (f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else "")
+        # a PyTorch trace holds no steps: its count is None (absent), said as such, not as 0
+        steps = "steps not traced" if st["count"] is None else plural(st["count"], "step")
+        steps += f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else ""
+        who = ", ".join(p for p in (x.get("host"), f"pid {x['pid']}" if x.get("pid") is not None else None) if p)
         out.append(
             f"rank {x['rank']}"
-            + (f" ({x['host']}, pid {x['pid']})" if x.get("host") else f" (pid {x['pid']})")
+            + (f" ({who})" if who else "")
             + f": {steps}; {plural(c['compiles'], 'compile')}, {plural(c['recompiles'], 'recompile')}, "
             f"{plural(c['graph_breaks'], 'break')}; "
             f"FX cache {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss"
