@@ -21,6 +21,7 @@ options:
   --md        print Markdown, fit for a pull-request comment
   --fail-on EXPR
               exit 3 if EXPR holds, e.g. 'recompiles>2' or 'limit_hits>0' (repeatable);
+              exit 4 if the recording is incomplete (the disk cut it short);
               metrics: recompiles, compiles, graph_breaks, graph_break_sites, limit_hits,
               compile_failures, compile_time_s, fx_cache_misses, aot_cache_misses,
               cache_bypasses, critical_findings, warning_findings, p50_ms, p90_ms, steps
@@ -73,6 +74,8 @@ def main(argv: list[str]) -> int:
     failures = gate.broken(checks, report)
     for msg in failures:
         sys.stderr.write(f"ctmon: {msg}\n")
+    if failures and gate.recording_notes(report):
+        return gate.RECORDING_EXIT  # as `ctmon record`'s gate: an incomplete recording vouches for no budget
     return gate.BUDGET_EXIT if failures else 0
 
 
