@@ -978,9 +978,13 @@ def test_graph_break_fixes_name_the_call():
     assert "capture_scalar_outputs" in fs["graph-breaks:scalar-output"].fix
     assert "torch.where" in fs["graph-breaks:data-dependent-branch"].fix
     assert "torch.cond" in fs["graph-breaks:data-dependent-branch"].fix
-    assert fs["graph-breaks:numpy"].fix.startswith("For np.digitize use torch.bucketize(x, boundaries, right=True).")
+    # PyTorch's own explanation and hints first, then ctmon's advice naming the call
+    numpy = fs["graph-breaks:numpy"].fix
+    assert numpy.startswith("PyTorch: Can't find numpy numpy function <function digitize")
+    assert "ctmon: For np.digitize use torch.bucketize(x, boundaries, right=True)." in numpy
     call = fs["graph-breaks:unsupported-call"].fix
-    assert call.startswith("`time.time()` only has side effects") and "outside the compiled function" in call
+    assert call.startswith("PyTorch: Dynamo does not know how to trace the builtin `time.time.`")
+    assert "ctmon: `time.time()` only has side effects" in call and "outside the compiled function" in call
     assert "custom_op" in call and "allow_in_graph" in call
     ev = fs["graph-breaks:numpy"].evidence[0]
     assert ev.startswith(f"{F}:51 ×1 (in the step loop): attempted to trace numpy") and "`bins = np.digitize" in ev

@@ -21,6 +21,11 @@ from ctmon.wire import protocol
 def compile_call_event(torch: Any, model: Any, kwargs: dict[str, Any]) -> protocol.Event:
     target, where = _target(model)
     ev: protocol.Event = {"kind": protocol.COMPILE_CALL, "t": time.time(), "target": target, "target_module": where}
+    # torch.compile(DDP(model)) or DDP(model).compile() (its bound _call_impl):
+    # what DDP runs decides what Dynamo can compile
+    inner = _wrapped(getattr(model, "__self__", model))
+    if inner is not None:
+        ev["wraps"], ev["wraps_module"] = inner
     file, line, mine = _caller()
     if file is not None:
         ev["file"], ev["line"] = file, line
@@ -52,6 +57,36 @@ def _target(model: Any) -> tuple[str, str | None]:
     if isinstance(name, str):
         return protocol.clip(getattr(model, "__qualname__", name), 200) or "?", getattr(model, "__module__", None)
     return protocol.clip(type(model).__name__, 200) or "?", type(model).__module__
+
+
+# PyTorch's module wrappers, and where each keeps the module it runs (a
+# submodule, read from ``_modules`` so no wrapper's ``__getattr__`` runs)
+_WRAPPERS = {
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",
+    "OptimizedModule": "_orig_mod",
+}
+
+
+def _wrapped(model: Any) -> tuple[str, str | None] | None:
+    """``('Sequential', 'torch.nn.modules.container')`` for ``DDP(Sequential(...))``:
+    the class (and its module) of the module a PyTorch wrapper runs, through
+    nested wrappers (``DDP(torch.compile(m))``); None for anything else."""
+    inner = None
+    for _ in range(4):  # DDP(FSDP(compiled(m))) at most, in practice
+        kind = type(model)
+        key = _WRAPPERS.get(kind.__name__)
+        modules = getattr(model, "_modules", None)
+        if key is None or not str(kind.__module__).startswith("torch.") or not isinstance(modules, dict):
+            break
+        model = modules.get(key)
+        if model is None:
+            break
+        inner = model
+    if inner is None:
+        return None
+    return protocol.clip(type(inner).__name__, 200) or "?", protocol.clip(type(inner).__module__, 200)
 
 
 def _name(backend: Any) -> str:

@@ -16,6 +16,7 @@ earlier ``str`` records.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -135,7 +136,7 @@ class TraceHandler(logging.Handler):
                     # holds the nn.Module being compiled (see attribution),
                     # and config reads see the user's overrides, which
                     # torch keeps thread-local.
-                    extra = {"attr": self._attribute(), "cfg": read_dynamo_config()}
+                    extra = {"attr": self._attribute(), "cfg": read_dynamo_config(), "config": read_config_in_force()}
                 elif name == "compilation_metrics":
                     extra = {"cfg": read_dynamo_config()}
                     if self._on_compile_end is not None:
@@ -287,6 +288,54 @@ def read_dynamo_config() -> dict[str, Any]:
         if isinstance(val, int):
             return {"recompile_limit": val}
     return {}
+
+
+# The Dynamo settings findings advise on, recorded at each compile so that a
+# setting already on in the job is never suggested (and the advice says so).
+# Names only: a key this torch lacks, hides or deprecates is left out.
+CONFIG_KEYS = (
+    "capture_scalar_outputs",
+    "capture_dynamic_output_shape_ops",
+    "trace_autograd_ops",
+    "automatic_dynamic_shapes",
+    "assume_static_by_default",
+    "specialize_int",
+    "specialize_float",
+    "allow_unspec_int_on_nn_module",
+    "compiled_autograd",
+    "optimize_ddp",
+    "suppress_errors",
+    "recompile_limit",
+)
+CONFIG_STR_MAX = 200
+
+
+def read_config_in_force() -> dict[str, Any]:
+    """The values of ``CONFIG_KEYS`` in force on the calling (compiling)
+    thread: torch keeps ``config.patch`` overrides per context, so this sees
+    them. Scalars only (bool, int, float, str up to CONFIG_STR_MAX); about
+    50 us for the twelve reads. Never raises: the compile record it rides on
+    must be sent whatever a future torch's config does."""
+    cfg = sys.modules.get("torch._dynamo.config")
+    if cfg is None:
+        return {}
+    entries = getattr(cfg, "_config", None)
+    out: dict[str, Any] = {}
+    for name in CONFIG_KEYS:
+        try:
+            entry = entries.get(name) if isinstance(entries, dict) else None
+            if entry is not None and getattr(entry, "deprecated", False):
+                continue  # reading it would print PyTorch's deprecation warning in the job's output
+            val = getattr(cfg, name)
+        except Exception:
+            continue
+        if isinstance(val, float) and not math.isfinite(val):
+            continue  # JSON has no NaN or infinity
+        if isinstance(val, int) and not -(1 << 63) <= val < 1 << 63:
+            continue  # past what a 64-bit reader decodes
+        if isinstance(val, (bool, int, float)) or (isinstance(val, str) and len(val) <= CONFIG_STR_MAX):
+            out[name] = val
+    return out
 
 
 def attribute_module() -> dict[str, Any] | None:

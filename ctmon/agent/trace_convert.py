@@ -260,6 +260,9 @@ class TraceConverter:
             ev.update(attr)
             ev["module_user"] = is_user_file(attr.get("module_file"))
         ev.update(extra.get("cfg") or {})
+        config = extra.get("config")
+        if isinstance(config, dict) and config:
+            ev["dynamo_config"] = config
         return ev
 
     @staticmethod

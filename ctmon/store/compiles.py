@@ -24,6 +24,24 @@ from ctmon.wire import guard_reasons
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
+# Dynamo settings in force at a compile, as ``compile_start`` carries them:
+# sorted (key, scalar) pairs, one shared tuple per distinct combination (a job
+# has one or a few), so a run of 50,000 compiles keeps a reference each.
+ConfigValue = bool | int | float | str
+Config = tuple[tuple[str, ConfigValue], ...]
+MAX_CONFIGS = 256  # distinct combinations kept; later ones are not recorded
+MAX_CONFIG_KEYS = 64
+MAX_CONFIG_STR = 200
+
+
+def _config_scalar(v: Any) -> bool:
+    return isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= MAX_CONFIG_STR)
+
+
+def _same_value(a: ConfigValue, b: ConfigValue) -> bool:
+    """Equal and of one kind: True is not 1 here."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
@@ -243,6 +261,8 @@ class CompileState:
         self.call_count = 0
         self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, GuardFailures] = {}
+        self._configs: dict[Config, Config] = {}
+        self._config_by_compile: dict[str, Config] = {}
 
     # ---- events ----
 
@@ -255,6 +275,8 @@ class CompileState:
         self.active[str(ev.compile_id)] = ev
         if ev.recompile_limit is not None:
             self.recompile_limit = ev.recompile_limit
+        if ev.dynamo_config:
+            self._keep_config(str(ev.compile_id), ev.dynamo_config)
         fid = ev.frame_id
         frame = self.frames.get(fid)
         if frame is None:
@@ -283,11 +305,21 @@ class CompileState:
             loc = Location(nonempty(start.module_file), start.module_line, f"{module}.forward")
         elif start.user is not None:
             u = start.user
-            loc = Location(nonempty(u.file), u.line, module or code.name)
+            loc = Location(nonempty(u.file), u.line, self._told_apart(module, code) if module else code.name)
         called = start.called_from if start is not None else None
         if called is not None and (called.file, called.line) == (loc.file, loc.line):
             called = None  # the place shown is the user's own line already
         return Frame(frame_id=fid, loc=loc, code=code, module=module, called_from=called)
+
+    def _told_apart(self, module: str, code: Location) -> str:
+        """A library's frame run for ``module`` is titled by the module; when an
+        earlier frame already has that title, by the code too
+        (``DistributedDataParallel › contextlib.helper``): DDP's bookkeeping
+        compiles four frames at one line of the user's, four names otherwise alike."""
+        if not any(f.loc.name == module for f in self.frames.values()):
+            return module
+        stem = (code.file or "").replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
+        return f"{module} › {stem + '.' if stem else ''}{display_name(code.name) or '?'}"
 
     def on_reasons(self, ev: E.RecompileReasons) -> None:
         self._reasons[str(ev.compile_id)] = guard_failures(ev)
@@ -422,7 +454,37 @@ class CompileState:
         if len(self.autotune_events) < 1000:
             self.autotune_events.append(ev)
 
+    def _keep_config(self, compile_id: str, raw: dict[str, Any]) -> None:
+        pairs = [(k, v) for k, v in list(raw.items())[:MAX_CONFIG_KEYS] if isinstance(k, str) and _config_scalar(v)]
+        if not pairs:
+            return
+        config: Config = tuple(sorted(pairs))
+        kept = self._configs.get(config)
+        if kept is None:
+            if len(self._configs) >= MAX_CONFIGS:
+                return
+            kept = self._configs[config] = config
+        if compile_id in self._config_by_compile or len(self._config_by_compile) < self.MAX_COMPILES:
+            self._config_by_compile[compile_id] = kept
+
     # ---- views ----
+
+    def config_in_force(self, compile_ids: Any) -> dict[str, ConfigValue]:
+        """The Dynamo settings with one value in every compile of
+        ``compile_ids`` that recorded its settings ({} when none did: an
+        older recording, or torch's own trace). A setting that differs
+        between them is left out: the job cannot be said to have it."""
+        found = [self._config_by_compile.get(str(c)) for c in compile_ids]
+        known = [c for c in found if c is not None]
+        if not known:
+            return {}
+        out: dict[str, ConfigValue] = dict(known[0])
+        for other in set(known[1:]):
+            if other is known[0]:
+                continue
+            theirs = dict(other)
+            out = {k: v for k, v in out.items() if k in theirs and _same_value(theirs[k], v)}
+        return out
 
     def frames_sorted(self) -> list[Frame]:
         return sorted(self.frames.values(), key=lambda f: (-len(f.compiles), str(f.frame_id)))

@@ -148,6 +148,8 @@ class CompileCall(Ranked, tag="compile_call"):
     fullgraph: bool | None = None
     dynamo_disabled: bool | None = None  # torch._dynamo.config.disable (TORCHDYNAMO_DISABLE=1)
     called_from: StackFrame | None = None  # called by a library: the user's own line that led there
+    wraps: str | None = None  # a PyTorch wrapper (DDP, FSDP, a compiled module): the class of the module it runs
+    wraps_module: str | None = None  # where that class is defined
 
 
 class CompileStart(Ranked, tag="compile_start"):
@@ -167,6 +169,10 @@ class CompileStart(Ranked, tag="compile_start"):
     module_line: int | None = None
     module_user: bool | None = None
     recompile_limit: int | None = None
+    # Dynamo settings in force for this compile, {key: scalar} (the agent's
+    # read_config_in_force). A list of strings is accepted too, for a writer
+    # that sends a set-valued setting, and nothing nests: readers keep scalars.
+    dynamo_config: dict[str, Union[bool, int, Finite, str, list[str], None]] = {}
 
 
 class Compile(Ranked, tag="compile"):

@@ -10,7 +10,11 @@ breaks in: they are "before the job failed", warnings (the loop would have
 met them on every step).
 
 The cause comes from PyTorch's own graph-break type (the summary line), then
-its explanation; hints are only used to spot logging functions.
+its explanation. The fix starts with what PyTorch says about the break: its
+explanation and hints, verbatim, with the graph-break id (GB0123) and its page
+(pytorch_hints.py adds the real name of a setting a hint misspells). ctmon's
+own advice follows only where it knows more, and never suggests a setting the
+job already has at that value: it says so instead.
 """
 
 from __future__ import annotations
@@ -22,20 +26,34 @@ from typing import TYPE_CHECKING
 from ctmon.store.findings.guards import strip_comment
 from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
 from ctmon.store.findings.model import RANK_BREAKS, Finding
+from ctmon.store.findings.pytorch_hints import (
+    CAPTURE_DYNAMIC_SHAPES,
+    CAPTURE_SCALARS,
+    TRACE_AUTOGRAD,
+    Setting,
+    already_set,
+    hint_settings,
+    quote,
+    suggest,
+)
+from ctmon.store.findings.silent import covered_by_empty_graphs
 from ctmon.wire import events as E
 
 if TYPE_CHECKING:
-    from ctmon.store.compiles import BreakSite
+    from collections.abc import Mapping
+
+    from ctmon.store.compiles import BreakSite, ConfigValue
     from ctmon.store.session import Session
     from ctmon.wire import events as E
 
-LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, EXPLICIT, OTHER = (
+LOGGING, SCALAR_OUT, BRANCH, DYN_SHAPE, NUMPY, CALL, AUTOGRAD, EXPLICIT, OTHER = (
     "logging",
     "scalar-output",
     "data-dependent-branch",
     "dynamic-shape-op",
     "numpy",
     "unsupported-call",
+    "autograd",
     "explicit",
     "other",
 )
@@ -47,6 +65,7 @@ TITLES = {
     DYN_SHAPE: "Graph breaks on operators with data-dependent output shapes",
     NUMPY: "Graph breaks on NumPy calls",
     CALL: "Graph breaks on calls Dynamo cannot trace",
+    AUTOGRAD: "Graph breaks on autograd calls (backward/grad)",
     EXPLICIT: "Explicit graph breaks (torch._dynamo.graph_break())",
     OTHER: "Graph breaks",
 }
@@ -60,9 +79,7 @@ FIXES = {
     ),
     SCALAR_OUT: (
         "Keep the value a tensor: replace `t.item()` with tensor ops (`torch.where`, broadcasting, `t.clamp`) "
-        "and return tensors, calling .item()/.tolist() after the compiled call; if a Python number is truly "
-        "needed inside, set torch._dynamo.config.capture_scalar_outputs = True so .item() is captured in the "
-        "graph as a symbolic value instead of splitting it."
+        "and return tensors, calling .item()/.tolist() after the compiled call."
     ),
     BRANCH: (
         "Make the branch tensor code: `y = torch.where(cond, a, b)` computes both sides without leaving the graph; "
@@ -70,13 +87,14 @@ FIXES = {
         "Branch on Python values (shapes, flags) instead of tensor values where you can."
     ),
     DYN_SHAPE: (
-        "Set torch._dynamo.config.capture_dynamic_output_shape_ops = True so nonzero()/unique()/masked "
-        "indexing stay in the graph, or rewrite with fixed-shape ops (torch.where with a mask, padding)."
+        "Or rewrite with fixed-shape ops (torch.where with a mask, padding), so no output shape depends on the data."
     ),
     NUMPY: (
         "Use the torch equivalent of the NumPy call on the tensor, so it stays in the graph (Dynamo traces only "
         "the NumPy functions torch._numpy implements); convert to NumPy only outside the compiled function."
     ),
+    # for a call Dynamo marks as skipped only: other unsupported calls have
+    # reasons of their own, which PyTorch's explanation and hints give
     CALL: (
         "Wrap the call as a custom operator (torch.library.custom_op) so Dynamo treats it as one opaque op in the "
         "graph, or — if it is traceable Python — allow it: torch.compiler.allow_in_graph(fn). Calls with side effects "
@@ -86,8 +104,17 @@ FIXES = {
         "Remove the torch._dynamo.graph_break() call if the split is not needed; each one costs a graph "
         "boundary on every call."
     ),
+    AUTOGRAD: (
+        "With trace_autograd_ops on, a compiled function that returns the loss it called backward() on breaks again "
+        "(GB4927, the backward consumed the loss's graph): return `loss.detach()` instead."
+    ),
     OTHER: "See PyTorch's explanation and hints for this break (the link in the evidence), and the source line.",
 }
+
+# Graph breaks that are PyTorch's "autograd op with trace_autograd_ops off": GB0123 (Tensor.backward())
+# and GB9186 (torch.autograd.grad); GB4927 (the grad_fn of a returned tensor consumed) is what follows.
+_AUTOGRAD_OFF = ("gb0123", "gb9186")
+_AUTOGRAD_IDS = (*_AUTOGRAD_OFF, "gb4927")
 
 # NumPy functions torch._numpy lacks, and what to use instead.
 TORCH_FOR_NUMPY = {
@@ -118,15 +145,18 @@ _SKIPPED = re.compile(r"marked as skipped: (?P<fn>[\w.]+?)\.?$")
 def category(site: BreakSite) -> str:
     summary = (site.reason or "").lower()
     main = " ".join(x for x in (site.reason, site.explanation) if x).lower()
-    hints = " ".join(site.hints).lower()
     if (
         "print" in summary
         or "logging" in summary
         or "warn" in summary
         or "debugging function" in summary
-        or "attempting to call a logging function" in hints
+        # not PyTorch's "if you are attempting to call a logging function"
+        # hint: it comes with every untraceable builtin (range over a tensor)
+        or "builtin operator `print`" in main
     ):
         return LOGGING
+    if (site.gb_id or "").lower() in _AUTOGRAD_IDS or "backward()" in summary or "autograd.grad" in summary:
+        return AUTOGRAD
     if "item()" in summary or "tolist" in summary or "_local_scalar_dense" in main or "capture_scalar_outputs" in main:
         return SCALAR_OUT
     if "data-dependent branching" in summary or "data dependent branch" in main or "generic_jump" in main:
@@ -244,20 +274,94 @@ def _counted(sites: list[BreakSite]) -> str:
     return f"{len(sites)} site{'s' if len(sites) != 1 else ''}, {total} break{'s' if total != 1 else ''}"
 
 
-def _finding(cat: str, sites: list[BreakSite], state: str, library: bool = False, logs: Logs | None = None) -> Finding:
+def _float_tolist(site: BreakSite) -> bool:
+    """.tolist() of a float tensor (GB0109): capture_scalar_outputs does not cover it, on or off."""
+    return (site.gb_id or "").lower() == "gb0109" or "tolist() with non-integer" in (site.reason or "").lower()
+
+
+def _setting(setting: Setting, sites: list[BreakSite], config: Mapping[str, ConfigValue], **how: str) -> str:
+    """ctmon's sentence about a setting (pytorch_hints.suggest), or nothing
+    where PyTorch's hints for these breaks already name it (quoted first,
+    with its real name, and with a word if the job has it on already)."""
+    if any(setting.name == h.name for b in sites for h in hint_settings(b.hints)):
+        return ""
+    return suggest(setting, config, **how)
+
+
+def _ctmon_fix(cat: str, sites: list[BreakSite], config: Mapping[str, ConfigValue]) -> str:
+    """ctmon's own advice for a cause, after PyTorch's: a setting only where
+    it covers these breaks and the job does not have it yet."""
+    if cat == SCALAR_OUT:
+        if not all(_float_tolist(b) for b in sites):
+            how = {
+                "lead": "If a Python number is truly needed inside, set ",
+                "why": " so .item() is captured in the graph as a symbolic value instead of splitting it",
+            }
+            setting = _setting(CAPTURE_SCALARS, sites, config, **how)
+        elif already_set(CAPTURE_SCALARS, config):
+            setting = suggest(CAPTURE_SCALARS, config, not_covering=".tolist() of a float tensor")
+        else:  # no fix here either: say so before someone tries it
+            setting = f"({CAPTURE_SCALARS.name} does not cover .tolist() of a float tensor.)"
+        return f"{FIXES[SCALAR_OUT]} {setting}".strip()
+    if cat == DYN_SHAPE:
+        how = {"why": " so nonzero()/unique()/masked indexing stay in the graph", "not_covering": "this operator"}
+        return f"{_setting(CAPTURE_DYNAMIC_SHAPES, sites, config, **how)} {FIXES[DYN_SHAPE]}".strip()
+    if cat == AUTOGRAD:
+        if not any((b.gb_id or "").lower() in _AUTOGRAD_OFF for b in sites):
+            return ""  # GB4927: PyTorch's hint is the fix
+        if already_set(TRACE_AUTOGRAD, config):  # then GB0123 has another cause: PyTorch's words say which
+            return _setting(TRACE_AUTOGRAD, sites, config)
+        return f"{_setting(TRACE_AUTOGRAD, sites, config, why=' before the compiled call')} {FIXES[AUTOGRAD]}".strip()
+    specific = _specific_fix(cat, sites)
+    if cat == CALL and not any(skipped_function(b) for b in sites):
+        return specific  # not a skipped function: PyTorch's reason and hints say what to do
+    if cat == OTHER:
+        return specific
+    return f"{specific} {FIXES[cat]}".strip()
+
+
+def _pytorch_says(sites: list[BreakSite], config: Mapping[str, ConfigValue]) -> str:
+    """PyTorch's explanation and hints for each kind of break among the top
+    sites (once per graph-break id), verbatim."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for b in sites:
+        kind = b.gb_id or b.reason
+        if kind in seen:
+            continue
+        seen.add(kind)
+        text = quote(b.gb_id, b.url, b.explanation, b.hints, config)
+        if text:
+            out.append(text)
+        if len(seen) == 3:
+            break
+    return " ".join(out)
+
+
+def _finding(
+    cat: str,
+    sites: list[BreakSite],
+    state: str,
+    library: bool = False,
+    logs: Logs | None = None,
+    config: Mapping[str, ConfigValue] | None = None,
+) -> Finding:
     sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
     top = sites[0]
     total = sum(b.count for b in sites)
     looped = state != ONCE
     when = _WHEN[state]
     said = [m for m in (_logged_at(b, logs) for b in sites) if m is not None]
+    config = config or {}
     if library:  # advice about the library's own source would be advice the user cannot take
         fix = library_fix(top)
         if said:
             fix = library_says_fix(said[0]) + " " + fix
     else:
-        specific = _specific_fix(cat, sites)
-        fix = (specific + " " + FIXES[cat]).strip() if specific else FIXES[cat]
+        fix = _ctmon_fix(cat, sites, config)
+    # PyTorch's own words first, never dropped; ctmon's where it knows more
+    pytorch = _pytorch_says(sites, config)
+    fix = (f"{pytorch} ctmon: {fix}" if fix else pytorch) if pytorch else fix or FIXES[OTHER]
     return Finding(
         id=f"graph-breaks:{cat}"
         + {LOOP: "", ONCE: ":outside-loop", FAILED: ":before-failure"}[state]
@@ -298,6 +402,11 @@ def _by_design_finding(d: ByDesign, sites: list[BreakSite], state: str) -> Findi
     )
 
 
+def _config_behind(s: Session, sites: list[BreakSite]) -> dict[str, ConfigValue]:
+    """The Dynamo settings in force in every compile that met these breaks."""
+    return s.compile.config_in_force(cid for b in sites for cid in b.compile_ids)
+
+
 def rule_graph_breaks(s: Session) -> list[Finding]:
     groups: dict[tuple[str, str, bool], list[BreakSite]] = defaultdict(list)
     designed: dict[str, tuple[ByDesign, list[BreakSite], str]] = {}
@@ -310,8 +419,16 @@ def rule_graph_breaks(s: Session) -> list[Finding]:
             continue
         groups[(category(site), state, site.called_from is not None)].append(site)
     logs = s.compile.library_logs
-    out = [_finding(cat, sites, state, library, logs) for (cat, state, library), sites in groups.items()]
-    out += [_by_design_finding(d, sites, state) for d, sites, state in designed.values()]
+    out = [
+        _finding(cat, sites, state, library, logs, _config_behind(s, sites))
+        for (cat, state, library), sites in groups.items()
+    ]
+    # a cause the empty-graphs finding tells (DDP over a module of PyTorch's) is not told twice
+    out += [
+        _by_design_finding(d, sites, state)
+        for d, sites, state in designed.values()
+        if not covered_by_empty_graphs(s, d.key)
+    ]
     return out
 
 

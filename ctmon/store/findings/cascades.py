@@ -28,7 +28,7 @@ MAX_EVIDENCE = 12
 def _rule(kind: str) -> str:
     if kind == G.SHAPE:
         return "shape-recompiles"
-    if kind in (G.SCALAR, G.ITEM):
+    if kind in (G.SCALAR, G.ITEM, G.LOOP_BOUND):
         return "scalar-recompiles"
     return "guard-recompiles"
 
@@ -52,9 +52,10 @@ def rule_cascades(s: Session) -> list[Finding]:
     for k in C.cascades(s):
         pairs = k.pairs
         frames = _unique(k.frames)
-        g = _named(k.members[0][1][0][1])
+        first, first_pairs = k.members[0]
+        g = _named(C.read_loops(s, first, first_pairs)[0][1])
         n = len(k.moments)
-        vals = A.values_taken(pairs) if g.kind not in (G.ITEM, G.SCALAR) else []
+        vals = A.values_taken(pairs) if g.kind not in (G.ITEM, G.SCALAR, G.LOOP_BOUND) else []
         shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
         names = ", ".join(f.title for f in frames)
         cost = sum(c.time_s for c, _ in pairs)
@@ -97,7 +98,7 @@ def rule_cascades(s: Session) -> list[Finding]:
                 line=top.loc.line,
                 detail=detail,
                 evidence=evidence,
-                fix=A.fix_for(g, vals),
+                fix=A.fix_for(g, vals, seen=A.values_seen(first_pairs, first.limit_hit)),
                 rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
                 argument=g.name if g.kind == G.SHAPE else None,
             )

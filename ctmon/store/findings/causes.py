@@ -36,6 +36,7 @@ from ctmon.store.findings import guards as G
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame
     from ctmon.store.session import Session
+    from ctmon.wire.events import Specialization
 
 GAP_S = 2.0
 
@@ -85,7 +86,68 @@ def _recompiles_of(frame: Frame) -> Group:
             if g is None:
                 g = c.guard = G.cause(c.guard_failures or [c.recompile_reason])
             out.append((c, g))
-    return out
+    return _one_loop_bound(out)
+
+
+def _one_loop_bound(pairs: Group) -> Group:
+    """A value one of the frame's guards shows to bound a loop is that
+    loop's bound in all of them: its first guard points at its first use
+    (``n = k * 2``), the later ones at the loop -- one cause, not two."""
+    headers: dict[str, str | None] = {}
+    for _, g in pairs:
+        if g.kind == G.LOOP_BOUND:
+            headers.setdefault(g.name, g.code)
+    return _as_loop_bounds(pairs, headers)
+
+
+def _as_loop_bounds(pairs: Group, headers: dict[str, str | None]) -> Group:
+    """``pairs`` with every int guard on a name in ``headers`` read as the
+    bound of the loop there (``headers``: name -> the loop's source line)."""
+    names = set(headers)
+    if not any(_int_guard_on(g, names) for _, g in pairs):
+        return pairs
+    return [(c, G.as_loop_bound(g, headers[g.name]) if _int_guard_on(g, names) else g) for c, g in pairs]
+
+
+def _int_guard_on(g: G.Guard, names: set[str]) -> bool:
+    return g.kind in G.INT_KINDS and g.name in names and G.is_int(g.expected)
+
+
+# PyTorch's reason when a dynamic int is pinned to one value by comparisons:
+# at a loop header (``for _ in range(k)``, ``while i < k``), the unrolled loop.
+PINNED = "range_refined_to_singleton"
+
+
+def loop_pins(s: Session, frame: Frame) -> list[Specialization]:
+    """PyTorch's records (``symbolic_shape_specialization``) of a value it
+    pinned to one value at a loop header while compiling this frame."""
+    if not s.compile.specializations:
+        return []
+    ids = {c.compile_id for c in frame.compiles}
+    return [
+        sp
+        for sp in s.compile.specializations
+        if sp.reason == PINNED
+        and sp.code
+        and G.loop_header(sp.code) is not None
+        and (sp.compile_id in ids or (sp.compile_id is None and sp.frame_id == frame.frame_id))
+    ]
+
+
+def pinned_names(pins: list[Specialization]) -> set[str]:
+    """The pinned values, by the names guards give them (L['k'] -> k)."""
+    return {G.clean_name(src) for sp in pins for src in sp.sources}
+
+
+def read_loops(s: Session, frame: Frame, pairs: Group) -> Group:
+    """The frame's recompiles, with an int guard on a value PyTorch pinned at
+    a loop header read as that loop's bound (a bound computed from it:
+    ``n = k * 2; for _ in range(n)`` guards ``k``)."""
+    headers: dict[str, str | None] = {}
+    for sp in loop_pins(s, frame):
+        for name in pinned_names([sp]):
+            headers.setdefault(name, sp.code)
+    return _as_loop_bounds(pairs, headers)
 
 
 def key(g: G.Guard) -> Key:

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TYPE_CHECKING
 
 from ctmon.store.findings import guards as G
 from ctmon.store.findings.causes import Group
+from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, suggest
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ctmon.store.compiles import ConfigValue
 
 _ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
 _NAME = re.compile(r"^[A-Za-z_]\w*$")
@@ -136,9 +143,61 @@ def what_changed(g: G.Guard) -> str:
         return f"the Python number '{g.name}' changed"
     if g.kind == G.ITEM:
         return "a number read out of the previous graph changed"
+    if g.kind == G.LOOP_BOUND:
+        return f"the bound of the loop `{loop_header(g)}` changed ({bound_name(g)}; the loop is unrolled)"
     if g.kind in (G.GRAD_MODE, G.GLOBAL_STATE):
         return f"global state '{g.name}' changed"
     return f"{G.DESCRIPTIONS.get(g.kind, 'a guard failed')}: {g.name}"
+
+
+def loop_header(g: G.Guard) -> str:
+    """The loop a loop-bound guard belongs to, as the user wrote it."""
+    if g.code and G.loop_header(g.code) is not None:
+        return G.strip_comment(g.code).rstrip(":")
+    return "for _ in range(k)"
+
+
+def bound_name(g: G.Guard) -> str:
+    """The bound as the user names it: 'k', 'self.n_layers' -- or, for the
+    range a resumed frame received after a break at range(), 'the range's
+    stop value'."""
+    if g.name.startswith("___stack"):
+        attr = g.name.rsplit(".", 1)[-1] if "." in g.name else ""
+        return f"the range's {attr} value" if attr in ("start", "stop", "step") else "the loop's bound"
+    return f"'{g.name}'"
+
+
+def values_seen(pairs: Group, limit_hit: bool) -> str:
+    """How many values a loop bound took: the cached versions' values, and
+    the one that recompiled last. Past the recompile limit the refused
+    values are not in the guards, so the count is a lower bound."""
+    n = len({g.expected for _, g in pairs if g.expected}) + 1
+    return f"at least {n}" if limit_hit else str(n)
+
+
+def loop_bound_fix(g: G.Guard, seen: str | None = None) -> str:
+    """What works for a loop Dynamo unrolls (each measured on torch 2.13,
+    tests/test_advice_guards.py): the loop outside the compiled code, its
+    body compiled; torch.while_loop without autograd; or, for a Python int
+    that takes a few values, a recompile limit that holds a graph per value
+    (not for a bound that arrives after a graph break: that frame's later
+    compiles can fail, and it runs eager whatever the limit)."""
+    header = loop_header(g)
+    text = (
+        f"Compile the loop's body, not the loop: keep `{header}` in Python and call a compiled function once "
+        "per iteration (e.g. `step = torch.compile(body)`, then `x = step(x)` inside the loop); the body's graph is "
+        "the same for every bound, so it compiles once. Without autograd (inference under torch.no_grad()), "
+        "torch.while_loop(cond_fn, body_fn, (i, x)) with the bound passed in as a 0-d tensor also keeps one graph "
+        "for every bound."
+    )
+    if g.name.startswith("___stack"):
+        return text
+    bound = bound_name(g)
+    count = f" ({bound} has taken {seen} values so far)" if seen else ""
+    return (
+        f"{text} If {bound} only ever takes a few values, each can keep a graph of its own: set "
+        f"torch._dynamo.config.recompile_limit to at least the number of values it takes{count}."
+    )
 
 
 # Guards on state a library changes on its own, with the library's setting
@@ -164,7 +223,16 @@ def library_guard_fix(g: G.Guard) -> str | None:
     return None
 
 
-def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
+def fix_for(
+    g: G.Guard,
+    values: list[str] | None = None,
+    config: Mapping[str, ConfigValue] | None = None,
+    *,
+    seen: str | None = None,
+) -> str:
+    """The change that stops the guard failing. ``values``: what the guarded
+    thing took; ``config``: the settings in force; ``seen``: how many values
+    a loop bound took (values_seen)."""
     name = g.name
     k = g.kind
     known = library_guard_fix(g)
@@ -192,12 +260,19 @@ def fix_for(g: G.Guard, values: list[str] | None = None) -> str:
             f"If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) so each compiles once."
             + batch_advice(g, values)
         )
+    if k == G.LOOP_BOUND:
+        return loop_bound_fix(g, seen)
     if k == G.ITEM:
         return (
             "Keep the value a tensor instead of calling .item()/.tolist() on it (e.g. `x / t` rather than "
-            "`x / t.item()`; torch.where/clamp instead of Python branches), so it stays inside the graph; "
-            "or set torch._dynamo.config.capture_scalar_outputs = True so .item() is traced as a symbolic value "
-            "instead of breaking the graph and being baked in as a constant."
+            "`x / t.item()`; torch.where/clamp instead of Python branches), so it stays inside the graph. "
+        ) + suggest(  # config: the settings in force in the compiles behind the advice (never one already on)
+            CAPTURE_SCALARS,
+            config or {},
+            lead="Or set ",
+            why=" so .item() is traced as a symbolic value instead of breaking the graph and being baked in as a "
+            "constant",
+            not_covering="the call that produced this number (.tolist() of a float tensor is one)",
         )
     if k == G.SCALAR:
         return (

@@ -40,13 +40,14 @@ or a dtype -- with a static cache, ``generate()``'s first failure is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 # Guard kinds. "shape" and "scalar"/"item" have rules of their own; every
 # other kind is reported by the "other guard" rule, which names it.
 SHAPE = "shape"
 SCALAR = "scalar"  # an int/float Python value
+LOOP_BOUND = "loop_bound"  # an int that bounds a Python loop Dynamo unrolled (range(k), while i < k)
 ITEM = "item"  # a number that came out of the previous graph (.item(), .tolist(), time.time() ...)
 DTYPE = "dtype"
 DEVICE = "device"
@@ -70,6 +71,7 @@ OTHER = "other"
 DESCRIPTIONS = {
     SHAPE: "a tensor dimension changed",
     SCALAR: "a Python number changed",
+    LOOP_BOUND: "a loop bound changed (the loop is unrolled into the graph)",
     ITEM: "a number read out of the graph (.item()/.tolist()) changed",
     DTYPE: "a tensor's dtype changed",
     DEVICE: "a tensor's device changed",
@@ -120,6 +122,9 @@ _USER = re.compile(r'File "(?P<file>.+?)", line (?P<line>\d+), in (?P<fn>.+)\n\s
 _COMMENT = re.compile(r"\s#\s")
 _LOC = re.compile(r"#\s*(?P<loc>\S+):(?P<line>\d+) in \S+")
 _HINT = re.compile(r"\s*\((?:HINT: )?(?P<hint>[^()]*(?:\([^()]*\)[^()]*)*)\)")
+# "(_dynamo/variables/tensor.py:2606 in evaluate_expr)": torch's own line
+# that made a symbolic guard, in the place where a hint would be
+_TORCH_PLACE = re.compile(r"^[\w./-]+\.py:\d+ in \w+$")
 _DISPATCH_DEVICES = ("CPU", "CUDA", "HIP", "XPU", "MPS", "Meta", "Lazy", "PrivateUse1", "XLA", "HPU", "MTIA")
 
 
@@ -144,19 +149,23 @@ def _classify(text: str) -> Guard:
         if loc:
             h = _HINT.match(comment[loc.end() :])
             hint = h.group("hint").strip() or None if h else None
+            if hint and _TORCH_PLACE.match(hint):
+                hint = None  # where in torch the guard was made, not advice
     file = line = None
     u = _USER.search(text)
     if u:
         file, line = u.group("file"), int(u.group("line"))
         code = u.group("code").strip() or code
     g = _classify_body(body.strip())
-    return Guard(g.kind, g.name, g.dim, g.expected, g.actual, body.strip(), file, line, code, hint)
+    kind = LOOP_BOUND if bounds_loop(g, code) else g.kind
+    return Guard(kind, g.name, g.dim, g.expected, g.actual, body.strip(), file, line, code, hint)
 
 
 # Kinds that name a concrete change a user can act on, strongest first; the
 # rest say only that *something* in a container or object differed.
 _STRONG = (
     SHAPE,
+    LOOP_BOUND,
     SCALAR,
     ITEM,
     DTYPE,
@@ -199,6 +208,68 @@ def cause(reasons: list[str]) -> Guard:
         return first
     strong = [g for g in guards if g.kind in _STRONG]
     return min(strong, key=lambda g: _STRONG.index(g.kind)) if strong else first
+
+
+# Kinds of guard on a Python int, which a loop header can read as its bound.
+INT_KINDS = (SCALAR, ITEM, MODULE_ATTR, GLOBAL, CONTAINER)
+_FOR_RANGE = re.compile(r"\bfor\b.+?\bin\s+(?:[\w.]+\()*range\(")
+_WHILE = re.compile(r"^\s*while\b(?P<cond>.+?):?\s*$")
+_RANGE_ATTR = re.compile(r"^___stack\d+\.(?:start|stop|step)$")
+
+
+def bounds_loop(g: Guard, code: str | None) -> bool:
+    """Whether an int guard is the bound of the loop on its source line.
+
+    Dynamo unrolls ``for _ in range(k)`` (and ``while i < k``): the graph holds
+    one copy of the body per iteration, so it guards ``k == N`` even when
+    ``k`` is dynamic (PyTorch's reason: ``range_refined_to_singleton``), and a
+    tensor ``k`` breaks the graph at ``range()``. The guard's source line says
+    so: ``k == 3  # for _ in range(k):``; after a break at ``range()``, the
+    resumed frame guards the range itself: ``___stack0.stop == 3``.
+    """
+    if g.kind not in INT_KINDS or not is_int(g.expected) or not code:
+        return False
+    loop = loop_header(code)
+    if loop is None:
+        return False
+    if g.kind == ITEM:
+        # the range object built eagerly after a break at range(), or a
+        # number a call on the loop's own line returned (range(int(t.item())))
+        return _RANGE_ATTR.match(g.name) is not None or "(" in loop
+    return names_in(g.name, loop)
+
+
+def loop_header(code: str) -> str | None:
+    """What bounds the loop a source line opens: the arguments of its
+    ``range(...)``, or a ``while`` condition; None for any other line."""
+    line = strip_comment(code)
+    m = _FOR_RANGE.search(line)
+    if m:
+        depth, end = 1, m.end()
+        while end < len(line) and depth:
+            depth += {"(": 1, ")": -1}.get(line[end], 0)
+            end += 1
+        return line[m.end() : end - 1 if depth == 0 else end]
+    w = _WHILE.match(line)
+    return w.group("cond") if w else None
+
+
+def names_in(name: str, text: str) -> bool:
+    """Whether the guarded value's name is written in ``text`` (quotes alike:
+    Dynamo's ``c['n']`` is the user's ``c["n"]``)."""
+    quoted = re.escape(name.replace('"', "'"))
+    return re.search(rf"(?<![\w.]){quoted}(?!\w)", text.replace('"', "'")) is not None
+
+
+def as_loop_bound(g: Guard, header: str | None) -> Guard:
+    """The same guard, read as the bound of the loop on line ``header``
+    (where a record other than its own text says so: another guard on the
+    value, or PyTorch's specialisation at a loop header). Its source line
+    becomes the loop's, unless it is a loop header already (the file:line
+    of the line it had then go: they are not the loop's)."""
+    if g.code and loop_header(g.code) is not None:
+        return replace(g, kind=LOOP_BOUND)
+    return replace(g, kind=LOOP_BOUND, code=header, file=None, line=None)
 
 
 def _split_comment(line: str) -> tuple[str, str]:

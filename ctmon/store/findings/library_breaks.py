@@ -62,14 +62,16 @@ BY_DESIGN = (
         title="DistributedDataParallel's own bookkeeping runs eager on purpose",
         detail=(
             "Compiling a DDP-wrapped model, Dynamo skips DDP's forward bookkeeping (its no_sync state, bucket "
-            "rebuilding) and compiles the module inside it, split at DDP's gradient buckets so all-reduce "
-            "overlaps the backward (torch._dynamo.config.optimize_ddp). These breaks are that design: each "
-            "costs an eager hop per call, the price of that overlap."
+            "rebuilding: DDP excludes it from Dynamo on purpose) and compiles the module inside it as a frame of "
+            "its own, split at DDP's gradient buckets so all-reduce overlaps the backward "
+            "(torch._dynamo.config.optimize_ddp). These breaks are that bookkeeping: each costs an eager hop per call."
         ),
+        # Both forms split at the buckets: Dynamo finds the active DDP module
+        # whichever is compiled (torch/_dynamo/convert_frame.py, DDPOptimizer).
         fix=(
-            "Nothing to change in the model. `torch.compile(DDP(model))` is PyTorch's recommended form; "
-            "compiling the inner module instead (`DDP(torch.compile(model))`) moves these breaks out of the "
-            "compiled region but loses the bucket-aware splitting."
+            "Nothing to remove: the breaks are in DDP's own code. Both `torch.compile(DDP(model))` and "
+            "`DDP(torch.compile(model))` split the graph at DDP's gradient buckets (DDPOptimizer); the second "
+            "leaves DDP's bookkeeping out of the compiled region, so these breaks and their eager hops are gone."
         ),
     ),
 )

@@ -20,12 +20,15 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ctmon.store.findings.library_breaks import by_design, package_of
 from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
 from ctmon.words import cut
 
 if TYPE_CHECKING:
+    from ctmon.store.compiles import Frame
     from ctmon.store.output import OutputLine
     from ctmon.store.session import Session
+    from ctmon.wire import events as E
 
 _HEADER = "Traceback (most recent call last):"
 _FILE = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
@@ -38,6 +41,43 @@ _SIGNALS = {
     "SIGABRT": "an abort in native code (a failed assertion in an extension or PyTorch)",
     "SIGBUS": "a crash in native code (often shared memory running out: /dev/shm)",
 }
+# The note the supervisor records each time it signals the job (ctmon/launch/job.py:
+# Job.signal_job), and the reason it gives for a signal it only passed on.
+_SENT = re.compile(r"^sent (?P<signal>SIG[A-Z0-9+]+) to the job \((?P<reason>.+)\)$")
+PASSED_ON = "passed on: ctmon received it"
+
+
+def sent_signal_message(signal: str, reason: str) -> str:
+    """``sent SIGKILL to the job (Ctrl-C twice)``: read back by ``signal_sent_by_ctmon``."""
+    return f"sent {signal} to the job ({reason})"
+
+
+@dataclass(frozen=True)
+class SentSignal:
+    signal: str  # SIGKILL
+    reason: str  # "Ctrl-C twice", "q → Stop", or PASSED_ON
+
+    @property
+    def passed_on(self) -> bool:
+        """ctmon received it and passed it on (its sender is not known), rather than chose to send it."""
+        return self.reason == PASSED_ON
+
+    def text(self) -> str:
+        """``ctmon sent SIGKILL (Ctrl-C twice)``."""
+        return (
+            f"ctmon passed on the {self.signal} it received"
+            if self.passed_on
+            else f"ctmon sent {self.signal} ({self.reason})"
+        )
+
+
+def signal_sent_by_ctmon(s: Session, signal: str | None = None) -> SentSignal | None:
+    """The last signal ctmon's supervisor sent the job (that one signal, when named)."""
+    for note in reversed(s.notes):
+        m = _SENT.match(note.message) if note.source == "ctmon" else None
+        if m is not None and (signal is None or m.group("signal") == signal):
+            return SentSignal(m.group("signal"), m.group("reason"))
+    return None
 
 
 @dataclass
@@ -103,6 +143,10 @@ def rule_job_failed(s: Session) -> list[Finding]:
     when = f"after {steps} step{'s' if steps != 1 else ''}" if steps else "before any step completed"
     exc = last_exception(list(s.output.lines))
     how = f"exited with code {ex.code}" if ex.code is not None else f"was killed by {ex.signal}"
+    sent = signal_sent_by_ctmon(s, ex.signal) if ex.signal else None
+    if sent is not None and not sent.passed_on:
+        return [_stopped_by_ctmon(sent, when, exc)]
+    passed_on = f" ctmon received {ex.signal} and passed it on to the job." if sent is not None else ""
     if ex.signal in _INTERRUPT_SIGNALS or (exc is not None and exc.line.startswith("KeyboardInterrupt")):
         return [
             Finding(
@@ -110,7 +154,7 @@ def rule_job_failed(s: Session) -> list[Finding]:
                 rule="job-failed",
                 severity="info",
                 title=f"The job was interrupted {when}" + (f" ({ex.signal})" if ex.signal else ""),
-                detail=f"It {how}; the findings cover the run up to the interruption.",
+                detail=f"It {how}; the findings cover the run up to the interruption.{passed_on}",
                 evidence=[exc.line] if exc else [],
                 fix="Nothing to fix if the interruption was intended.",
             )
@@ -155,17 +199,23 @@ def rule_job_failed(s: Session) -> list[Finding]:
     )
     if ex.signal:
         why = _SIGNALS.get(ex.signal, "sent by another process or the system")
+        if sent is not None:  # a signal sent to ctmon, for the job: ctmon cannot tell by whom
+            why = "sent to ctmon by another process or the system; ctmon passed it on to the job, as it passes on "
+            why += "every signal the job would have received without ctmon"
         return [
             Finding(
                 id=f"job-failed:{ex.signal}",
                 rule="job-failed",
                 severity="critical",
                 title=f"The job was killed by {ex.signal} {when}",
-                detail=f"{ex.signal} is {why}.",
+                detail=f"{ex.signal} was {why}." if sent is not None else f"{ex.signal} is {why}.",
                 evidence=[f"last line on stderr: {cut(last, 300)}"] if last else [],
                 fix=(
-                    "If memory ran out, the samples show it: lower the batch size, or free memory between steps; check "
-                    "the system log (dmesg) or the scheduler's log for who sent the signal."
+                    f"Find who sent {ex.signal} to ctmon (a scheduler's notice, timeout -s, a kill by hand); if the job "
+                    "should live through it, handle it in the job (signal.signal)."
+                    if sent is not None
+                    else "If memory ran out, the samples show it: lower the batch size, or free memory between steps; "
+                    "check the system log (dmesg) or the scheduler's log for who sent the signal."
                 ),
                 rank=RANK_LIMIT + 100,
             )
@@ -184,6 +234,36 @@ def rule_job_failed(s: Session) -> list[Finding]:
     ]
 
 
+def _stopped_by_ctmon(sent: SentSignal, when: str, exc: Exc | None) -> Finding:
+    """ctmon itself sent the signal the job ended by (a viewer's Ctrl-C, kill or
+    stop): say so, rather than send the user looking for another culprit."""
+    killed = sent.signal == "SIGKILL"
+    return Finding(
+        id="job-failed:stopped-by-ctmon",
+        rule="job-failed",
+        # a SIGKILL shows in the end-of-run summary: the job could not clean up
+        severity="warning" if killed else "info",
+        title=f"The job was stopped by ctmon ({sent.reason}: {sent.signal}) {when}",
+        detail=(
+            f"ctmon sent the job the {sent.signal} it ended by ({sent.reason}); no other process stopped it"
+            + (
+                " (not the out-of-memory killer). SIGKILL cannot be caught: the job had no chance to save or clean up."
+                if killed
+                else "."
+            )
+            + " The findings cover the run up to the stop."
+        ),
+        evidence=[exc.line] if exc else [],
+        fix=(
+            "Nothing to fix if the stop was intended. To let the job save first, stop it with one Ctrl-C, or q → "
+            "Stop with a grace long enough for its handler (ctmon attach --stop-grace)."
+            if killed
+            else "Nothing to fix if the stop was intended."
+        ),
+        rank=RANK_RECOMPILES if killed else 0.0,
+    )
+
+
 def all_empty(s: Session) -> bool:
     """Dynamo compiled something, and no graph holds an operation."""
     done = [c for c in s.compile.compiles if c.ok and c.graph_ops is not None]
@@ -197,10 +277,6 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
     n = len(frames)
     cost = sum(f.time_s for f in frames)
     breaks = sum(c.graph_breaks for f in frames for c in f.compiles)
-    if n == 1:
-        title = f"{frames[0].title} compiled to an empty graph: it runs eager"
-    else:
-        title = f"torch.compile captured no operation in {n} frames: the code runs eager"
     evidence = []
     for f in frames[:8]:
         why = next((r for c in f.compiles for r in c.restarts), None)
@@ -208,6 +284,13 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
             f"{f.title} at {f.loc.text()}: {len(f.compiles)} compile(s), 0 ops"
             + (f" (restarted after: {cut(why.splitlines()[0], 160)})" if why else "")
         )
+    ddp = _ddp_compiled_nothing(s, frames)
+    if ddp is not None:
+        return [_ddp_finding(s, ddp, n, cost, evidence)]
+    if n == 1:
+        title = f"{frames[0].title} compiled to an empty graph: it runs eager"
+    else:
+        title = f"torch.compile captured no operation in {n} frames: the code runs eager"
     return [
         Finding(
             id="empty-graphs",
@@ -231,6 +314,93 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
             rank=RANK_RECOMPILES - 60,
         )
     ]
+
+
+_DDP = "DistributedDataParallel"
+
+
+def _ddp_compiled_nothing(s: Session, frames: list[Frame]) -> E.CompileCall | None:
+    """The ``torch.compile(DDP(model))`` call that explains empty graphs:
+    DDP's forward is excluded from Dynamo on purpose, so Dynamo compiles the
+    module under it as a frame of its own -- and only if that module's
+    forward is not PyTorch's own code (``nn.Sequential``'s is). A module of the
+    user's is compiled, so its empty graphs have another cause."""
+    for c in s.compile.calls:
+        ddp = c.target == _DDP or (c.target or "").startswith(f"{_DDP}.")  # DDP(model).compile(): _call_impl
+        if not ddp or not (c.target_module or "").startswith("torch.nn.parallel"):
+            continue
+        if c.wraps_module is not None:
+            inner_is_pytorchs = c.wraps_module.startswith("torch.")
+        else:  # a recording made before the call said what DDP wraps: no frame of the user's own compiled
+            inner_is_pytorchs = all(f.code.file and is_library(f.code.file) for f in frames)
+        if inner_is_pytorchs:
+            return c
+    return None
+
+
+def covered_by_empty_graphs(s: Session, design_key: str) -> bool:
+    """Whether the empty-graphs finding already tells the cause behind
+    PyTorch's intended breaks of this kind (one finding per cause)."""
+    if design_key != "ddp" or not all_empty(s):
+        return False
+    frames = [f for f in s.compile.frames_sorted() if any(c.ok and c.graph_ops == 0 for c in f.compiles)]
+    return _ddp_compiled_nothing(s, frames) is not None
+
+
+def _ddp_finding(s: Session, call: E.CompileCall, n: int, cost: float, frames_said: list[str]) -> Finding:
+    inner = call.wraps or "model"
+    if call.wraps:
+        why = f"{inner}'s forward is PyTorch's ({call.wraps_module}), so no operation was compiled"
+    else:  # a recording made before the call said what DDP wraps
+        why = "No frame of the module under DDP was compiled (its forward is PyTorch's own, as nn.Sequential's is)"
+    mine = call.called_from  # a library (accelerate's prepare()) made the call: the user's line into it
+    return Finding(
+        id="empty-graphs:ddp",
+        rule="empty-graphs",
+        severity="warning",
+        title=f"torch.compile(DDP({inner})) compiled nothing of the model: it runs eager",
+        file=mine.file if mine is not None else call.file,
+        line=mine.line if mine is not None else call.line,
+        detail=(
+            "DistributedDataParallel's forward is excluded from Dynamo on purpose: Dynamo compiles the module DDP "
+            "runs as a frame of its own, and only if that module's forward is not PyTorch's own code. "
+            f"{why}: the {n} frame{'s' if n != 1 else ''} Dynamo compiled ({cost:.2f} s) are DDP's bookkeeping, "
+            "with empty graphs, and every step runs eager."
+        ),
+        evidence=_ddp_evidence(s, call) + frames_said,
+        fix=_ddp_fix(call),
+        rank=RANK_RECOMPILES - 60,
+    )
+
+
+def _ddp_evidence(s: Session, call: E.CompileCall) -> list[str]:
+    """The call, and DDP's intended breaks (their own finding is left out: one finding per cause)."""
+    mine = call.called_from
+    said = [
+        f"torch.compile({_DDP}) at {call.file or '?'}:{call.line}"
+        + (f", DDP wrapping {call.wraps} ({call.wraps_module})" if call.wraps else "")
+        + (f", called from {mine.file}:{mine.line}" if mine is not None else "")
+    ]
+    sites = [b for b in s.compile.breaks.values() if (d := by_design(b)) is not None and d.key == "ddp"]
+    sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
+    said += [f"DDP's bookkeeping breaks the graph at {b.file}:{b.line} ×{b.count}: {b.reason}" for b in sites[:4]]
+    return said
+
+
+def _ddp_fix(call: E.CompileCall) -> str:
+    if package_of(call.file) == "accelerate":  # its prepare() compiles what it wrapped
+        return (
+            "accelerate made this call in prepare() (its dynamo_backend): it compiles DDP(model). Compile the model "
+            "yourself before prepare(), `model = torch.compile(model)`, then `accelerator.prepare(model, ...)`, and "
+            'leave accelerate\'s dynamo_backend at "no": accelerate then wraps the compiled model, '
+            "DDP(torch.compile(model)), and Dynamo compiles it."
+        )
+    return (
+        "Compile the module, then wrap the compiled one: `model = DDP(torch.compile(model))`. Dynamo still splits "
+        "the graph at DDP's gradient buckets in this form, so the all-reduce overlaps the backward (DDPOptimizer, "
+        "torch._dynamo.config.optimize_ddp). Or keep torch.compile(DDP(model)) with a module of your own under DDP "
+        "(a class whose forward you wrote): Dynamo compiles that forward."
+    )
 
 
 def rule_never_compiled(s: Session) -> list[Finding]:
