@@ -13,11 +13,24 @@ What a row says, and from where (the run's own store):
   processes' use, from the 1 Hz samples); ``rss_peak_bytes``: host memory;
 * ``break_even_steps``: compile time over the per-step saving against eager;
 * ``warm_compile_s``: the same mode run again on the same compile cache.
+
+A mode is run several times, interleaved with the others (``summarize``
+folds its runs into one row): each run's median steady step is one sample,
+``p50_ms`` is the median of those, and the intervals come from the runs, so
+the process-to-process spread is in them (steps within one process agree
+far better than processes do). ``speedup_ci`` pairs the runs of one round
+(eager's k-th run with the mode's k-th: a load that comes and goes hits
+both) and is a Student-t 95 % interval on the mean log ratio -- with 3-7
+runs a distribution-free interval cannot reach 95 % (the range of 5 runs
+covers the median 94 % of the time) and a bootstrap of 3 values is far too
+narrow -- widened by ``RESOLUTION`` either side: process-level effects
+(memory layout, clocks) that a few runs do not sample.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -30,6 +43,9 @@ from ctmon.words import cut
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 STEADY_MIN = 3  # fewer steady steps than this: the last half of the steps stands in
 CLOSE = 0.05  # modes within 5 % of each other's p50 are "the same speed"
+RESOLUTION = 0.01  # differences under 1 % between processes are never called resolved
+# Student's t, two-sided 95 %, by degrees of freedom (no scipy in a report)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 @dataclass
@@ -87,6 +103,54 @@ def mode_row(run: ModeRun) -> dict[str, Any]:
     if row["p50_ms"] is None and row["status"] == "ok":
         row.update(status="no-steps", error="no steps were seen (no optimizer.step(), compiled call or ctmon.step())")
     return row
+
+
+def summarize(runs: list[ModeRun]) -> dict[str, Any]:
+    """One mode's row from its runs, in the order they ran: the first run
+    (cold: a fresh compile cache of its own) gives compile time, first step,
+    recompiles and status; every measured run gives one median step."""
+    row = mode_row(runs[0])
+    rows = [row] + [mode_row(r) for r in runs[1:]]
+    medians = [r.get("p50_ms") for r in rows]
+    measured = [m for m in medians if m]
+    row["runs"] = len(runs)
+    row["run_p50_ms"] = medians  # the k-th run of each mode ran in round k
+    row["cold_compile_s"] = row.get("compile_s")
+    if len(measured) > 1:
+        row["p50_ms"] = round(statistics.median(measured), 4)
+        row["p90_ms"] = round(statistics.median([r["p90_ms"] for r in rows if r.get("p90_ms")]), 4)
+    row["p50_ci_ms"] = _interval(measured)
+    later = [r["compile_s"] for r in rows[1:] if r.get("compile_s") is not None and r["status"] != "failed"]
+    if later and row.get("warm_compile_s") is None and runs[0].mode != "eager":
+        row["warm_compile_s"] = round(statistics.median(later), 3)  # the mode's own cache, reused
+    failed = [f"run {k + 1}: {r.get('error')}" for k, r in enumerate(rows) if k and r["status"] == "failed"]
+    if failed:
+        row["notes"] = [*row.get("notes", []), *failed][:8]
+    if row["status"] == "ok" and any(r["status"] in ("time-limit", "interrupted") for r in rows[1:]):
+        row["status"] = next(r["status"] for r in rows[1:] if r["status"] in ("time-limit", "interrupted"))
+    return row
+
+
+def _interval(values: list[float]) -> list[float] | None:
+    """A 95 % interval for the center of positive samples: Student's t on
+    their logs, widened by RESOLUTION; None under two samples."""
+    logs = [math.log(v) for v in values if v and v > 0]
+    if len(logs) < 2:
+        return None
+    mean = statistics.fmean(logs)
+    half = T975.get(len(logs) - 1, 2.2) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return [round(math.exp(mean - half) * (1 - RESOLUTION), 4), round(math.exp(mean + half) * (1 + RESOLUTION), 4)]
+
+
+def noise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The machine's run-to-run noise: the spread of eager's run medians
+    (half their range, as a share of their median)."""
+    eager = next((r for r in rows if r["mode"] == "eager"), None)
+    medians = [m for m in (eager or {}).get("run_p50_ms") or [] if m]
+    if len(medians) < 2:
+        return {"eager_runs": len(medians), "spread_pct": None}
+    spread = (max(medians) - min(medians)) / 2 / statistics.median(medians)
+    return {"eager_runs": len(medians), "spread_pct": round(100 * spread, 2)}
 
 
 def _failure(run: ModeRun) -> str | None:
@@ -152,16 +216,44 @@ def _gpu_peak(s: Session) -> int | None:
 
 
 def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fill speed-ups and break-even steps against eager; the recommendation."""
-    eager = next((r for r in rows if r["mode"] == "eager" and r["status"] == "ok"), None)
+    """Fill speed-ups, their intervals and break-even steps against eager;
+    the recommendation, with the machine's noise and whether it is resolved."""
+    eager = next((r for r in rows if r["mode"] == "eager" and r["status"] in ("ok", "time-limit")), None)
     base = eager["p50_ms"] if eager is not None else None
+    spread = noise(rows)
     for r in rows:
+        r.setdefault("speedup_ci", None)
+        r.setdefault("resolved", False)
         if r.get("p50_ms") and base:
             r["speedup"] = round(base / r["p50_ms"], 3)
             saving = (base - r["p50_ms"]) / 1000
             if r["mode"] != "eager" and saving > 0 and r.get("compile_s") is not None:
-                r["break_even_steps"] = math.ceil(r["compile_s"] / saving)
-    return recommend(rows)
+                r["break_even_steps"] = math.ceil(r["compile_s"] / saving)  # the cold compile's
+            if r["mode"] != "eager" and eager is not None:
+                r["speedup_ci"] = _speedup_interval(eager, r)
+                r["resolved"] = _resolved(r, spread)
+    rec = recommend(rows)
+    rec["noise"] = spread
+    return rec
+
+
+def _speedup_interval(eager: dict[str, Any], row: dict[str, Any]) -> list[float] | None:
+    """Eager's k-th run over the mode's k-th (same round), as an interval
+    that holds the point figure."""
+    pairs = zip(eager.get("run_p50_ms") or [], row.get("run_p50_ms") or [], strict=False)
+    ci = _interval([e / m for e, m in pairs if e and m])
+    if ci is None:
+        return None
+    return [round(min(ci[0], row["speedup"]), 3), round(max(ci[1], row["speedup"]), 3)]
+
+
+def _resolved(row: dict[str, Any], spread: dict[str, Any]) -> bool:
+    """The speed-up's interval leaves out 1 and the effect is larger than
+    the noise of repeated eager runs."""
+    ci = row.get("speedup_ci")
+    if ci is None or ci[0] <= 1 <= ci[1]:
+        return False
+    return abs(row["speedup"] - 1) * 100 > (spread.get("spread_pct") or 0)
 
 
 def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -172,16 +264,43 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return rec
 
 
+def _unresolved(best: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The verdict when the best mode's difference from eager is not
+    resolved: no winner, and the noise said."""
+    if best.get("resolved"):
+        return None
+    spread = noise(rows).get("spread_pct")
+    ci = best.get("speedup_ci")
+    if ci is None:
+        why = "one run per mode gives no interval (run more with --runs)"
+        return {"mode": None, "resolved": False, "reason": f"no difference resolved: {why}"}
+    half = max(ci[1] - best["speedup"], best["speedup"] - ci[0]) / best["speedup"]
+    at = max(half * 100, spread or 0)
+    return {
+        "mode": None,
+        "resolved": False,
+        "reason": f"no difference resolved at this noise (±{at:.0f} %): best {best['mode']} "
+        f"{best['speedup']:.2f}× eager, 95 % interval {ci[0]:.2f}–{ci[1]:.2f}× over {best.get('runs', 1)} runs; "
+        "run more (--runs) or on a quieter machine",
+    }
+
+
 def _recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in rows if r["status"] in ("ok", "time-limit", "interrupted") and r.get("p50_ms")]
     compiled = [r for r in ok if r["mode"] != "eager"]
     if not compiled:
-        return {"mode": None, "reason": "no compiled mode ran to steady steps: nothing to recommend"}
+        return {"mode": None, "resolved": False, "reason": "no compiled mode ran to steady steps: nothing to recommend"}
     best = min(compiled, key=lambda r: r["p50_ms"])
     eager = next((r for r in ok if r["mode"] == "eager"), None)
-    if eager is not None and best["p50_ms"] >= eager["p50_ms"] * (1 - CLOSE):
+    if eager is None:
+        return {"mode": None, "resolved": False, "reason": "eager was not measured: no baseline to compare with"}
+    unresolved = _unresolved(best, rows)  # never a winner from noise
+    if unresolved is not None:
+        return unresolved
+    if best["p50_ms"] >= eager["p50_ms"] * (1 - CLOSE):
         return {
             "mode": "eager",
+            "resolved": True,
             "reason": f"no mode is more than {CLOSE:.0%} faster than eager (best: {best['mode']}, "
             f"{_ms(best['p50_ms'])} vs {_ms(eager['p50_ms'])} a step): compiling does not pay for itself here; "
             "compile only the hot parts, or look at the graph breaks",
@@ -193,18 +312,25 @@ def _recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     reason = f"{pick['mode']}: {_ms(pick['p50_ms'])} a step"
     if pick.get("speedup"):
         reason += f", {pick['speedup']:.2f}× eager"
+    if pick.get("speedup_ci"):
+        reason += f" (95 % interval {pick['speedup_ci'][0]:.2f}–{pick['speedup_ci'][1]:.2f}×, {pick.get('runs')} runs)"
     if pick is not best:
         reason += (
             f"; {best['mode']} is within {CLOSE:.0%} ({_ms(best['p50_ms'])}) and compiles "
             f"{_s(best.get('compile_s'))} against {_s(pick.get('compile_s'))}"
         )
     if pick.get("break_even_steps") is not None:
-        reason += f"; its {_s(pick.get('compile_s'))} of compiling pays off after {pick['break_even_steps']} steps"
+        reason += (
+            f"; its cold compile ({_s(pick.get('compile_s'))}, a fresh cache) pays off after "
+            f"{pick['break_even_steps']} steps"
+        )
     if default is not None and pick is not default and pick.get("peak_mem_bytes") and default.get("peak_mem_bytes"):
         more = pick["peak_mem_bytes"] / default["peak_mem_bytes"] - 1
         if more > 0.1:
             reason += f"; it holds {more:.0%} more GPU memory than default"
-    return {"mode": pick["mode"], "reason": reason}
+    if not pick.get("resolved"):  # default stands in for a resolved best within CLOSE: say so
+        reason += f"; {pick['mode']} itself is not resolved against eager"
+    return {"mode": pick["mode"], "resolved": True, "reason": reason}
 
 
 def _ms(v: float | None) -> str:
@@ -223,6 +349,8 @@ COLUMNS = (
     ("p50", "p50_ms"),
     ("p90", "p90_ms"),
     ("speed-up", "speedup"),
+    ("95 % CI", "speedup_ci"),
+    ("runs", "runs"),
     ("GPU mem", "peak_mem_bytes"),
     ("recomp", "recompiles"),
     ("breaks", "graph_breaks"),
@@ -240,6 +368,8 @@ def _cell(key: str, v: Any) -> str:
         return f"{v:.3g} ms"
     if key == "speedup":
         return f"{v:.2f}×"
+    if key == "speedup_ci":
+        return f"{v[0]:.2f}–{v[1]:.2f}×"
     if key in ("peak_mem_bytes", "rss_peak_bytes"):
         return f"{v / 2**30:.2f} GiB"
     if key == "break_even_steps":
@@ -261,6 +391,8 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[st
             notes.append(f"{r['mode']}: {r.get('error')}")
             continue
         body.append([_cell(k, r.get(k)) for _, k in cols])
+        if r.get("tried"):
+            notes.append(f"{r['mode']}: default with {r['tried']}, against the unchanged default row")
         notes += [f"{r['mode']}: {_plain(n, r['mode'])}" for n in r.get("notes") or [] if "eager (" not in n]
         if r["status"] == "time-limit" and not r.get("steps"):
             notes.append(  # on a loaded machine, start-up alone (importing torch) can take that long
@@ -280,8 +412,9 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[st
 
 
 def _plain(note: str, mode: str) -> str:
-    """An agent's bench note without its prefix: the table names the mode."""
-    return note.removeprefix(f"ctmon bench ({mode}): ")
+    """An agent's bench note without its prefix: the table names the mode
+    (the try row's notes name the mode it ran in, default)."""
+    return re.sub(r"^ctmon bench \([^)]*\): ", "", note)
 
 
 def render_text(doc: dict[str, Any]) -> str:
@@ -293,9 +426,20 @@ def render_text(doc: dict[str, Any]) -> str:
     rec = doc["recommendation"]
     lines.append("")
     lines.append(f"recommendation: {rec['reason']}" if rec.get("mode") else f"no recommendation: {rec['reason']}")
-    timing = "device-timed (CUDA events)" if doc.get("device_timed") else "host-timed"
-    lines.append(f"steady steps are those after the last compile; {timing}")
+    lines.append(_method(doc))
     return "\n".join(lines) + "\n"
+
+
+def _method(doc: dict[str, Any]) -> str:
+    """How the figures were made, one paragraph: steps, runs, noise, caches."""
+    timing = "device-timed (CUDA events)" if doc.get("device_timed") else "host-timed"
+    spread = (doc["recommendation"].get("noise") or {}).get("spread_pct")
+    noise = f"±{spread:.1f} %" if spread is not None else "not measured (fewer than 2 eager runs)"
+    return (
+        f"steady steps are those after the last compile; {timing}; p50 is the median of the runs' medians, "
+        f"runs interleaved in shuffled order; machine noise (spread of eager runs): {noise}; each mode's first "
+        "run compiled on a fresh cache of its own (the compile column), its later runs reused it"
+    )
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -306,4 +450,6 @@ def render_markdown(doc: dict[str, Any]) -> str:
     out += [f"- {n}" for n in notes]
     rec = doc["recommendation"]
     out.append(f"**Recommendation:** {rec['reason']}" if rec.get("mode") else f"No recommendation: {rec['reason']}")
+    out.append("")
+    out.append(_method(doc))
     return "\n".join(out) + "\n"
