@@ -127,3 +127,23 @@ def test_a_bad_try_in_the_job_is_said_and_never_fails_its_compile_call(monkeypat
         assert torch._dynamo.config.recompile_limit == 3
     finally:
         torch._dynamo.config.recompile_limit = before
+
+
+def test_a_modes_cold_compile_is_its_own_whatever_the_order(tmp_path):
+    """Two modes that compile the same graph (default and reduce-overhead on
+    a CPU), typed in either order: each mode's first run misses Inductor's FX
+    graph cache and hits nothing, so neither compile time is the other's
+    reuse and the order the user typed changes nothing."""
+    from ctmon.report.load import load
+
+    for order in (["default", "reduce-overhead"], ["reduce-overhead", "default"]):
+        doc = _bench(
+            tmp_path, "-".join(order), "--modes", ",".join(order), "--runs", "1", workload("bench_inductor.py")
+        )
+        rows = {r["mode"]: r for r in doc["modes"]}
+        assert set(rows) == {"eager", *order}, rows
+        for mode in order:
+            assert rows[mode]["status"] == "ok", rows[mode]
+            session, _ = load(rows[mode]["recording"])
+            fx = session.compile.cache["fx_graph"]
+            assert fx.hit == 0 and fx.miss >= 1, (order, mode, fx)

@@ -225,8 +225,10 @@ def test_a_library_break_quotes_the_librarys_own_message(runs, tmp_path):
     (b,) = [f for f in r.rule("graph-breaks") if "/site-packages/transformers/" in (f["file"] or "")]
     assert b["id"] == "graph-breaks:logging:library" and b["severity"] == "warning"
     assert any(e.endswith("logged there: " + said) for e in b["evidence"]), b["evidence"]
-    assert b["fix"].startswith(
-        f"transformers explains this line itself: \u201c{said}\u201d Pass `use_cache=False` yourself"
+    # PyTorch's own words first; then the library's own message, with the lever it names
+    assert b["fix"].startswith("PyTorch (GB"), b["fix"]
+    assert (
+        f"ctmon: transformers explains this line itself: \u201c{said}\u201d Pass `use_cache=False` yourself" in b["fix"]
     )
     assert b["called_from"]["line"] == marker(CKPT, "CKPT-CALL")
     # the wrapper Dynamo gave up on at that call: the layers inside it still compiled

@@ -109,7 +109,7 @@ def library_fix(site: BreakSite) -> str:
         "its source is not yours to change. "
         "What you can do: compile a part that does not run through it (e.g. the model's forward rather than a "
         f"wrapper around it, or the layers inside), try a newer {pkg} release, or report it to {pkg} with "
-        "PyTorch's explanation below; if it is met once per step, it costs one eager hop per step."
+        "PyTorch's explanation (above); if it is met once per step, it costs one eager hop per step."
     )
 
 
