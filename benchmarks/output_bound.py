@@ -17,7 +17,8 @@ whole command's wall time is reported too, and ctmon's own CPU time (user +
 system of the ``ctmon record`` process, start-up and end included, the job
 left out): on a busy machine, the figure that moves least with the load.
 Figures: the median and the min-max spread over the repetitions, and the
-recording's size against the output's. PYTHONUNBUFFERED is taken out of
+recording's size (with the output log its events point into, where a fast
+writer's large chunks are kept) against the output's. PYTHONUNBUFFERED is taken out of
 the environment (with it, each ``print`` is two writes).
 
 ``--tree NAME=DIR`` runs ctmon from another copy of the source (its
@@ -155,8 +156,13 @@ def main() -> None:
                     fig.wall_s.append(wall)
                     line = f"rep {rep + 1} {kind:6} {name:6} job {job_s:6.2f} s  wall {wall:6.2f} s"
                     if tree is not None:
-                        fig.rec_ratio.append(os.path.getsize(rec) / written)
+                        # the recording and the output log its events point into
+                        log = rec[: -len(".jsonl")] + ".output.log"
+                        kept = os.path.getsize(rec) + (os.path.getsize(log) if os.path.exists(log) else 0)
+                        fig.rec_ratio.append(kept / written)
                         os.unlink(rec)
+                        if os.path.exists(log):
+                            os.unlink(log)
                         with open(cpu_file) as f:
                             fig.cpu_s.append(float(f.read()))
                         line += f"  ctmon cpu {fig.cpu_s[-1]:5.2f} s  recording {fig.rec_ratio[-1]:.3f}x"

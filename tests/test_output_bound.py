@@ -8,6 +8,9 @@
   is too.
 * The recording is the output plus its framing: text about the same size,
   bytes that are not UTF-8 a third larger (base64), not two to six times.
+  A job writing as fast as it can has its large chunks kept in the output
+  log beside the recording, the events pointing into it with their last
+  lines for the screen: recording and log together about the output's size.
 * ``record -q`` without a gate builds what it prints from the counts the
   supervisor kept: the recording is replaced by a directory under it before
   the job ends, and a read-back would say so; the capture warning -q still
@@ -34,6 +37,7 @@ from helpers import ROOT, env_with
 from ctmon.store import Session
 from ctmon.wire import events as E
 from ctmon.wire.decode import Decoder
+from ctmon.wire.output_log import OutputLogs, chunk_bytes, output_bytes
 from ctmon.wire.protocol import MAX_LINE_BYTES
 
 PY = sys.executable
@@ -77,19 +81,29 @@ def _env(rt: str) -> dict[str, str]:
 
 
 def _outputs(rec: str) -> tuple[dict[str, bytes], list[bytes]]:
-    """Each stream's bytes as the recording has them, and its output lines as written."""
+    """Each stream's bytes as the recording has them (or points at them in
+    its output log), and its output lines as written."""
     dec = Decoder()
     got: dict[str, bytes] = {}
     lines = []
+    logs = OutputLogs(rec)
     with open(rec, "rb") as f:
         for line in f:
             ev = dec.decode(line)
             if isinstance(ev, E.Output):
-                raw = ev.raw()
+                raw = chunk_bytes(ev, logs)
                 assert raw is not None, line[:200]
                 got[ev.stream] = got.get(ev.stream, b"") + raw
                 lines.append(line)
+    logs.close()
+    assert got == output_bytes(rec)  # the reader users have gives the same bytes
     return got, lines
+
+
+def _kept(rec: str) -> int:
+    """Bytes the run keeps: the recording and the output log its events point into."""
+    log = rec[: -len(".jsonl")] + ".output.log"
+    return os.path.getsize(rec) + (os.path.getsize(log) if os.path.exists(log) else 0)
 
 
 def test_output_round_trips_byte_exact(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
@@ -109,8 +123,8 @@ def test_output_round_trips_byte_exact(tmp_path, rt) -> None:  # type: ignore[no
     assert got["stdout"] == want  # recorded as written
     assert got["stderr"] == b"\xff\xfe on stderr\n"
     assert max(map(len, lines)) < MAX_LINE_BYTES  # no reader skips a line
-    kinds = {("enc" in json.loads(line)) for line in lines}
-    assert kinds == {True, False}  # base64 where it must be, text (as ever, no "enc") where it can
+    encs = {json.loads(line).get("enc") for line in lines}
+    assert None in encs and "base64" in encs  # base64 where it must be, text (as ever, no "enc") where it can
     # viewers and reports fold it: text as a terminal shows it
     with open(rec, "rb") as f:
         session = Session().apply_all(Decoder().decode_all(f.read().splitlines(), None))
@@ -139,7 +153,7 @@ SIZE_JOB = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kind, ratio", [("text", 1.02), ("binary", 4 / 3 + 0.01)])
+@pytest.mark.parametrize("kind, ratio", [("text", 1.05), ("binary", 4 / 3 + 0.01)])
 def test_recording_is_the_output_plus_its_framing(tmp_path, rt, kind, ratio) -> None:  # type: ignore[no-untyped-def]
     job, written, rec = tmp_path / "job.py", tmp_path / "written", str(tmp_path / "r.jsonl")
     job.write_text(SIZE_JOB)
@@ -154,10 +168,17 @@ def test_recording_is_the_output_plus_its_framing(tmp_path, rt, kind, ratio) -> 
     )
     assert p.returncode == 0, p.stderr
     out = int(written.read_text())
-    size = os.path.getsize(rec)
-    # text: 1 % for its escaped newlines; binary: base64's third; plus ~100 bytes of framing an event
-    # and the run's own events (session, samples, exit)
+    size = _kept(rec)
+    # The job writes 1 MiB blocks as fast as it can: a read of its full pipe
+    # is kept in the output log, its event holding the last 32 KiB of text
+    # (3 %; 1 KiB of bytes that are not text); a smaller read is in the
+    # recording (text 1 % larger for its escaped newlines, bytes that are not
+    # UTF-8 a third, base64); plus ~150 bytes of framing an event and the
+    # run's own events (session, samples, exit).
     assert size <= out * ratio + (64 << 10), (kind, size, out, size / out)
+    got, lines = _outputs(rec)
+    assert len(got["stdout"]) == out
+    assert any(json.loads(line).get("enc") == "log" for line in lines)
 
 
 QUIET_JOB = textwrap.dedent(
@@ -259,3 +280,106 @@ def test_a_reader_gone_mid_firehose_keeps_what_was_read_in_bounded_lines(tmp_pat
     block = random.Random(3).randbytes(1 << 20)
     assert got["stdout"] and (block * 16).startswith(got["stdout"])
     assert max(map(len, lines)) < MAX_LINE_BYTES
+
+
+FAST_JOB = textwrap.dedent(
+    """
+    import sys
+    lines = b"".join(b"line %07d\\n" % i for i in range(400_000))  # 5.2 MB in one write: reads of a full pipe
+    sys.stdout.buffer.write(lines)
+    sys.stdout.buffer.flush()
+    sys.stdout.write("last words\\n")
+    """
+)
+
+
+def test_a_fast_writer_is_kept_in_the_output_log_and_shown_by_its_last_lines(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
+    """Large reads go to ``r.output.log`` (a copy, no JSON encode on the job's
+    pipe); the recording points into it byte-exact, and its events carry the
+    chunks' last lines, so the screen and the report need nothing else."""
+    job, rec = tmp_path / "job.py", str(tmp_path / "r.jsonl")
+    job.write_text(FAST_JOB)
+    p = subprocess.run(
+        [PY, "-m", "ctmon", "record", "-q", "-o", rec, str(job)],
+        cwd=ROOT,
+        env=_env(rt),
+        capture_output=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    want = b"".join(b"line %07d\n" % i for i in range(400_000)) + b"last words\n"
+    assert p.stdout == want
+    got, lines = _outputs(rec)
+    assert got["stdout"] == want
+    refs = [json.loads(line) for line in lines if json.loads(line).get("enc") == "log"]
+    assert refs and all(r["log"] == "r.output.log" and r["size"] >= 256 << 10 for r in refs)
+    assert os.path.getsize(rec) < len(want) // 10  # the bytes are in the log, not in JSON
+    assert os.path.getsize(tmp_path / "r.output.log") == sum(r["size"] for r in refs)  # only what was pointed at
+    with open(rec, "rb") as f:
+        session = Session().apply_all(Decoder().decode_all(f.read().splitlines(), None))
+    shown = [x.text for x in session.output.lines]
+    assert shown[-2:] == ["line 0399999", "last words"]
+    assert any("bytes of stdout at once, kept in r.output.log" in t for t in shown)
+
+
+def test_an_output_log_that_cannot_be_written_keeps_the_output_inline(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
+    """A planted symlink where the output log goes: refused (never written
+    through), the chunks recorded inline, byte-exact, and a note says why."""
+    job, rec = tmp_path / "job.py", str(tmp_path / "r.jsonl")
+    job.write_text(FAST_JOB)
+    target = tmp_path / "elsewhere"
+    os.symlink(target, tmp_path / "r.output.log")
+    p = subprocess.run(
+        [PY, "-m", "ctmon", "record", "-q", "-o", rec, str(job)],
+        cwd=ROOT,
+        env=_env(rt),
+        capture_output=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert not target.exists()
+    got, lines = _outputs(rec)
+    assert got["stdout"] == b"".join(b"line %07d\n" % i for i in range(400_000)) + b"last words\n"
+    assert not any(json.loads(line).get("enc") == "log" for line in lines)
+    notes = [json.loads(x)["message"] for x in open(rec, "rb") if b'"kind":"note"' in x]
+    assert any("fast output is recorded inline" in n and "symlink" in n for n in notes), notes
+
+
+def test_recorder_chunks_share_the_attach_log_and_survive_a_failing_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """attach's output log holds all output in order: a chunk kept by
+    reference sits at the offset its event names. A log whose writes fail
+    (a full disk: /dev/full) is given up and chunks go inline."""
+    from ctmon.launch.recorder import Recorder
+
+    log = tmp_path / "r.output.log"
+    r = Recorder(str(tmp_path / "r.jsonl"), str(log), new_files=True)
+    r.open()
+    r.log_output(b"small\n")
+    big = os.urandom(300 << 10)
+    assert r.keep_chunk(memoryview(big)) == ("r.output.log", 6)
+    r.log_output(b"after\n")
+    r.close()
+    assert log.read_bytes() == b"small\n" + big + b"after\n"
+
+    full = Recorder(str(tmp_path / "f.jsonl"), "/dev/full", new_files=False)
+    full.open()
+    assert full.keep_chunk(big) is None
+    assert full.chunk_log_refused is not None and "No space left" in full.chunk_log_refused
+    assert full.keep_chunk(big) is None  # given up: no second try, no second word
+    full.close()
+
+
+def test_a_chunk_in_the_log_reads_without_it() -> None:
+    """Its event alone shows its last lines and where the rest is; its bytes
+    are not claimed (``raw`` is None); a log that is gone or short gives None."""
+    ev = Decoder().decode(
+        b'{"kind":"output","t":1.0,"stream":"stdout","data":"tail\\n","enc":"log","log":"r.output.log","at":0,"size":300000}'
+    )
+    assert isinstance(ev, E.Output) and ev.raw() is None
+    assert ev.text() == "[ctmon: 300,000 bytes of stdout at once, kept in r.output.log; their last lines:]\ntail\n"
+    logs = OutputLogs("/nonexistent/r.jsonl")
+    assert chunk_bytes(ev, logs) is None
+    sneaky = Decoder().decode(
+        b'{"kind":"output","t":1.0,"stream":"stdout","data":"","enc":"log","log":"../../etc/passwd","at":0,"size":4}'
+    )
+    assert isinstance(sneaky, E.Output) and chunk_bytes(sneaky, OutputLogs("/etc/x.jsonl")) is None

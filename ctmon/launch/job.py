@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import codecs
-import errno
 import fcntl
 import os
 import selectors
@@ -45,6 +44,15 @@ PIPE_SIZE = 1 << 20  # the job's stdout/stderr pipes (Linux's pipe-max-size for 
 # (``\u0001``), which keeps the line under the 1 MiB a reader accepts
 # (protocol.MAX_LINE_BYTES).
 EVENT_BYTES = 128 * 1024
+# A read this large is a job writing as fast as it can: its bytes go to the
+# output log and the recording points at them (a copy, where a JSON line
+# would cost an encode of every byte while the job waits on its full pipe).
+# Smaller reads, a logging loop's lines, stay in the recording itself.
+BY_REFERENCE_BYTES = 256 * 1024
+# Of a chunk kept in the output log, the last this many bytes (from a line's
+# start) travel in the event, for the screen's Output pane.
+TAIL_BYTES = 32 * 1024
+BINARY_TAIL_BYTES = 1024  # ... of a chunk that is not UTF-8: a glimpse is all the screen can use
 MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
 MAX_STOP_GRACE_S = 7 * 24 * 3600.0
 MAX_RANK_WATCHES = 4096  # ranks' processes watched for an exec (one node's)
@@ -62,6 +70,7 @@ class Stream:
         self.passthrough_fd = passthrough_fd
         self.held = b""  # the first bytes of a UTF-8 character the next read completes
         self.open = True
+        self.buf = bytearray(READ_SIZE)  # each read lands here: no allocation (and no page faults) per read
 
 
 def _note(message: str, level: str = "info") -> E.Note:
@@ -191,28 +200,50 @@ class Job:
 
     def read_stream(self, st: Stream) -> None:
         try:
-            data = os.read(st.fd, READ_SIZE)
+            n = os.readv(st.fd, [st.buf])
         except BlockingIOError:
             return
-        except OSError as e:
-            if e.errno != errno.EIO:  # EIO: pty closed by the child
-                pass
-            data = b""
-        if not data:
+        except OSError:
+            n = 0  # EIO: the pty closed with the child; any other error ends the stream the same way
+        if not n:
             self._output(st, b"", final=True)
             self._close_stream(st)
             return
+        view = memoryview(st.buf)[:n]
         if st.passthrough_fd is not None:
             try:
-                _write_all(st.passthrough_fd, data)
+                _write_all(st.passthrough_fd, view)
             except BrokenPipeError:
-                self._reader_gone(st, data)
+                self._reader_gone(st, bytes(view))
                 return
             except OSError:
                 st.passthrough_fd = None  # our terminal went away; keep recording
-        self.recorder.log_output(data)
         self.last_output = time.monotonic()
+        if n >= BY_REFERENCE_BYTES and self._keep_by_reference(st, view):
+            return
+        data = bytes(view)
+        self.recorder.log_output(data)
         self._record(st, data, final=False)
+
+    def _keep_by_reference(self, st: Stream, view: memoryview) -> bool:
+        """A large read as one event pointing into the output log, with its
+        last lines for the screen; False when the log cannot take it."""
+        if st.held:
+            self._output(st, b"", final=True)  # a character cut before this read: its bytes, in order
+        kept = self.recorder.keep_chunk(view)
+        if kept is None:
+            if self.recorder.chunk_log_refused:
+                self.emit(_note(f"the job's fast output is recorded inline ({self.recorder.chunk_log_refused})"))
+                self.recorder.chunk_log_refused = None
+            return False
+        log, at = kept
+        tail = bytes(view[-TAIL_BYTES:])
+        line_start = tail.find(b"\n")
+        if len(view) > TAIL_BYTES and 0 <= line_start < len(tail) - 1:
+            tail = tail[line_start + 1 :]  # from a line's start: the screen shows whole lines
+        text = _tail_text(tail)
+        self.emit(E.Output(t=time.time(), stream=st.name, data=text, enc=E.OUTPUT_LOG, log=log, at=at, size=len(view)))
+        return True
 
     def _record(self, st: Stream, data: bytes, final: bool) -> None:
         """A read's bytes as ``output`` events of at most EVENT_BYTES each."""
@@ -461,7 +492,20 @@ def _raw_output(fd: int) -> None:
         pass
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _tail_text(tail: bytes) -> str:
+    """The text of a chunk's tail: UTF-8 as it is (a character the cut split
+    at its start left out), else the last bytes with U+FFFD, decoded short:
+    the replace handler is called per bad byte, slow on a MiB of binary."""
+    start = 0
+    while start < min(3, len(tail)) and tail[start] & 0xC0 == 0x80:
+        start += 1  # the end of a character whose start is before the tail
+    try:
+        return tail[start:].decode("utf-8")
+    except UnicodeDecodeError:
+        return tail[-BINARY_TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         try:

@@ -20,6 +20,12 @@ file alone learns that it is incomplete.
 
 Viewers read what is on disk (``read_fd`` at their own offset, up to
 ``size``), so nothing here keeps per-viewer state.
+
+A large chunk of the job's output (a job writing as fast as it can) is kept
+in the output log and the recording points at it (``keep_chunk``): a copy
+into the page cache, where a JSON line would cost an encode of every byte on
+the job's pipe. ``attach`` writes all output to that log anyway; ``record``
+opens it (``X.output.log`` beside ``X.jsonl``) at the first such chunk.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import stat
 from collections.abc import Callable
 from typing import BinaryIO
 
-from ctmon.launch import files
+from ctmon.launch import files, runtime
 
 MAX_PENDING_BYTES = 256 << 20  # events held in memory while the disk is full
 WRITE_BATCH = 1024  # lines per writev (IOV_MAX on Linux)
@@ -62,6 +68,12 @@ class Recorder:
         self.unwritten = 0  # after ``seal``: events of the run that are not in the file
         self.sealed_at: int | None = None  # where ``seal`` wrote its note (and the exit)
         self.outlog: BinaryIO | None = None
+        # where ``keep_chunk`` writes: the output log; in record mode opened
+        # at the first large chunk; None once it failed (chunks go inline)
+        self.chunk_log: BinaryIO | None = None
+        self.chunk_log_path = output_log or runtime.output_log_path(path)
+        self.chunk_log_refused: str | None = None  # why chunks are recorded inline, once said
+        self._chunk_log_tried = False
 
     def open(self) -> None:
         """Open and lock the recording (and output log); an existing file is
@@ -80,6 +92,7 @@ class Recorder:
                 self.outlog = os.fdopen(lfd, "wb", buffering=1 << 16)
             except (files.FileRefused, OSError):
                 self.outlog = None  # the job's output still reaches viewers and the recording
+            self.chunk_log, self._chunk_log_tried = self.outlog, True
 
     def empty(self) -> None:
         files.empty(self.fd)
@@ -266,13 +279,52 @@ class Recorder:
 
     # ------------------------------------------------------------ output log
 
-    def log_output(self, data: bytes) -> None:
+    def log_output(self, data: bytes | memoryview) -> None:
         """The job's output, raw, as it came (a log that fails is given up)."""
         if self.outlog is not None:
             try:
                 self.outlog.write(data)
             except OSError:
+                self.outlog = self.chunk_log = None
+
+    def keep_chunk(self, data: bytes | memoryview) -> tuple[str, int] | None:
+        """Write a chunk of output to the output log, whole: the log's name
+        (beside the recording) and the offset the chunk starts at, or None
+        when the log cannot take it (the caller records the chunk inline;
+        ``chunk_log_refused`` says why, the first time)."""
+        log = self._chunk_log()
+        if log is None:
+            return None
+        try:
+            log.flush()  # what is buffered goes first: the offset below is where this chunk starts
+            at = log.tell()
+            log.write(data)  # larger than the buffer: written through, not copied into it
+            log.flush()
+        except (OSError, ValueError) as e:
+            self.chunk_log_refused = f"cannot write {self.chunk_log_path}: {getattr(e, 'strerror', None) or e}"
+            if log is self.outlog:
                 self.outlog = None
+            self.chunk_log = None
+            return None
+        return os.path.basename(self.chunk_log_path), at
+
+    def _chunk_log(self) -> BinaryIO | None:
+        if not self._chunk_log_tried:
+            self._chunk_log_tried = True
+            path = self.chunk_log_path
+            try:
+                fd = files.open_new(path) if self.new_files else files.open_beside(path)
+            except files.FileRefused as e:
+                self.chunk_log_refused = str(e)
+                return None
+            try:
+                files.empty(fd)
+            except OSError as e:
+                os.close(fd)
+                self.chunk_log_refused = f"cannot write {path}: {e.strerror or e}"
+                return None
+            self.chunk_log = os.fdopen(fd, "wb", buffering=1 << 16)
+        return self.chunk_log
 
     def outlog_fd(self) -> int | None:
         """The output log's fd, flushed, for a relay that outlives us."""
@@ -291,8 +343,8 @@ class Recorder:
         if self.read_fd >= 0:
             os.close(self.read_fd)
             self.read_fd = -1
-        if self.outlog is not None:
+        for log in {id(f): f for f in (self.outlog, self.chunk_log) if f is not None}.values():
             try:
-                self.outlog.close()
+                log.close()
             except OSError:
                 pass

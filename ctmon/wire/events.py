@@ -407,6 +407,11 @@ class Note(Ranked, tag="note", omit_defaults=False):
 
 #: ``Output.enc`` of a chunk whose bytes are not UTF-8: ``data`` holds them in base64
 OUTPUT_BASE64 = "base64"
+#: ``Output.enc`` of a chunk kept in the output log beside the recording (``log``,
+#: ``size`` bytes at ``at``): ``data`` holds only its last lines, for the screen
+OUTPUT_LOG = "log"
+#: A size or offset in a file: never negative, and a number JSON and a C reader agree on
+FileOffset = Annotated[int, msgspec.Meta(ge=0, lt=1 << 62)]
 
 
 class Output(Event, tag="output", omit_defaults=False):
@@ -415,17 +420,24 @@ class Output(Event, tag="output", omit_defaults=False):
     ``data`` is the chunk's text when its bytes are UTF-8. A chunk that is not
     carries ``enc`` = ``"base64"`` and its bytes in base64 (a third larger,
     instead of the two to six bytes JSON spends on each byte it cannot put in
-    a string). Left out when unset (``UNSET`` is never written), so a text
+    a string). A large chunk (a job writing as fast as it can) carries ``enc``
+    = ``"log"``: its bytes are ``size`` bytes at offset ``at`` of the file
+    ``log`` beside the recording, and ``data`` is its last lines as text.
+    Fields that are unset are left out (``UNSET`` is never written), so a text
     chunk reads as it always did; a reader that predates ``enc`` shows such a
-    chunk's base64 as text."""
+    chunk's ``data`` as text."""
 
     stream: str = "stdout"
     data: str = ""
     enc: str | msgspec.UnsetType = msgspec.UNSET
+    log: str | msgspec.UnsetType = msgspec.UNSET
+    at: FileOffset | msgspec.UnsetType = msgspec.UNSET
+    size: FileOffset | msgspec.UnsetType = msgspec.UNSET
 
     def raw(self) -> bytes | None:
-        """The chunk's bytes as the job wrote them (None: an encoding this
-        version does not know, or base64 that does not decode)."""
+        """The chunk's bytes as the job wrote them, where the event holds them
+        (None: kept in the output log -- see ctmon/wire/output_log.py --, an
+        encoding this version does not know, or base64 that does not decode)."""
         if self.enc is msgspec.UNSET:
             return self.data.encode("utf-8", "replace")
         if self.enc == OUTPUT_BASE64:
@@ -437,9 +449,13 @@ class Output(Event, tag="output", omit_defaults=False):
 
     def text(self) -> str:
         """The chunk as a terminal would show it: bytes that are not UTF-8
-        become U+FFFD."""
+        become U+FFFD; of a chunk kept in the output log, a line saying where
+        the rest is, then its last lines."""
         if self.enc is msgspec.UNSET:
             return self.data
+        if self.enc == OUTPUT_LOG and isinstance(self.size, int):
+            where = self.log if isinstance(self.log, str) else "the output log"
+            return f"[ctmon: {self.size:,} bytes of {self.stream} at once, kept in {where}; their last lines:]\n{self.data}"
         raw = self.raw()
         if raw is None:
             return f"[ctmon: {len(self.data)} characters of output in an encoding this version cannot read]"
