@@ -89,7 +89,7 @@ async def test_replay_opens_at_the_end_state() -> None:
         await wait_loaded(pilot)
         text = screen_text(app)
         assert "■ exited 0" in text
-        assert "step 240" in text
+        assert "Steps · 240 (optimizer)" in text  # the step count: once, in the Steps pane's title
         assert "replay 100% (47/47)" in text
         assert "FX graph 2 hit / 0 miss" in text and "AOTAutograd 1 hit / 0 miss" in text
         assert "p50 23.2 ms" in text  # step times in ms
@@ -120,7 +120,7 @@ async def test_gpu_panel_numbers() -> None:
         assert "4× NVIDIA H100 80GB HBM3" in text
         assert " 97% 34/80G" in text
         alerts = main_of(app).query_one("#alerts").render_text().plain
-        assert alerts.startswith("CRIT pool.py:7 pool hit the recompile limit (3) and now runs eager")
+        assert alerts.startswith("CRIT pool hit the recompile limit (3) and now runs eager · pool.py:7")
 
 
 @run_async
@@ -784,13 +784,15 @@ async def test_a_firehose_does_not_starve_the_screen(tmp_path) -> None:  # type:
     import importlib.util
     import time
 
-    spec = importlib.util.spec_from_file_location("tui_firehose", os.path.join(ROOT, "benchmarks", "tui_firehose.py"))
+    spec = importlib.util.spec_from_file_location(
+        "recordings", os.path.join(ROOT, "benchmarks", "jobs", "recordings.py")
+    )
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    events = bench.synthetic_events(150_000)  # enough to take a few seconds to fold
+    events = bench.storm_events(150_000)  # enough to take a few seconds to fold
     path = str(tmp_path / "firehose.jsonl")
-    bench.write_recording(events, path)
+    bench.write(events, path)
     app = CtmonApp(RecordingFeed(path))
     paints: list[float] = []
     real_display = app._display

@@ -1,5 +1,6 @@
 """SVG snapshots of the TUI (pytest-textual-snapshot), from the fixed
-recordings in tests/fixtures/recordings, at 80x24 and 160x48.
+recordings in tests/fixtures/recordings, at 80x24 and 160x48; the screens of
+issue 38 (warnings, two ranks, failed jobs) also at 100x30.
 
 Replays show the recording's own clock, so nothing here depends on the wall
 clock. After a deliberate change of the screen:
@@ -31,6 +32,16 @@ CASES = {
 }
 
 
+# the screen a user really has (tests/test_tui_screen.py says what each must show)
+USER_SIZES = {"80x24": (80, 24), "100x30": (100, 30), "160x48": (160, 48)}
+USER_CASES = {
+    "warnings": "three graph-break warnings: the warnings, and the key to their fixes, on the main screen",
+    "two_ranks": "a 2-rank torchrun job: each pane names whose figures it shows; totals of every rank",
+    "failed_syntax": "a syntax error: the traceback first",
+    "failed_early": "an exception in the first step, inside the compiled model: the traceback first",
+}
+
+
 def replay(name: str) -> CtmonApp:
     return CtmonApp(RecordingFeed(os.path.join(FIXTURES, f"{name}.jsonl")), replay=True)
 
@@ -39,6 +50,12 @@ def replay(name: str) -> CtmonApp:
 @pytest.mark.parametrize("case", list(CASES))
 def test_main_screen(snap_compare, case: str, size: str) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(replay(case), terminal_size=SIZES[size], run_before=wait_loaded)
+
+
+@pytest.mark.parametrize("size", list(USER_SIZES))
+@pytest.mark.parametrize("case", list(USER_CASES))
+def test_screen_a_user_has(snap_compare, case: str, size: str) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(replay(case), terminal_size=USER_SIZES[size], run_before=wait_loaded)
 
 
 def test_frame_detail(snap_compare) -> None:  # type: ignore[no-untyped-def]

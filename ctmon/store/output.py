@@ -58,6 +58,8 @@ class OutputBuffer:
 
     def feed(self, stream: str, data: str) -> None:
         self.total_chars += len(data)
+        if stream == "stdout" and self._partial.get("stderr") and not self._partial.get("stdout"):
+            self._continue_prompt()
         if data[-1:] == "\n" and "\r" not in data and not self._partial.get(stream) and len(data) <= MAX_LINE_CHARS:
             # the usual chunk, whole lines of a logging loop: no partial line to
             # join, no progress bar to resolve, nothing to cut
@@ -81,6 +83,19 @@ class OutputBuffer:
             self._emit(stream, tail)
             tail = ""
         self._partial[stream] = tail
+
+    def _continue_prompt(self) -> None:
+        """stderr's unfinished line, which stdout continues as a terminal
+        shows it: ``input()`` on a terminal writes its prompt to stderr, and
+        the echo of the line typed comes on stdout ("name? bob"), so the
+        prompt is not left hanging below everything that follows. Only this
+        way round, only when stdout has no unfinished line of its own, and
+        never a progress bar's line (a carriage return: it is redrawn, not
+        continued); otherwise each stream's lines are put together on their own."""
+        tail = self._partial["stderr"]
+        if "\r" not in tail:
+            self._partial["stderr"] = ""
+            self._partial["stdout"] = tail
 
     def _emit(self, stream: str, text: str) -> None:
         if "\r" in text:

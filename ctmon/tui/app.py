@@ -334,6 +334,8 @@ class CtmonApp(App[AppResult]):
                     changed += 1
             for bar in main.query(KeyBar):
                 bar.maybe_update()
+            for tabs in main.query(TabStrip):
+                tabs.maybe_update()  # it carries the current pane's title
         if changed:
             self.view_refreshes += 1
         return changed

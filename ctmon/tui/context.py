@@ -83,9 +83,28 @@ class ViewContext:
         return self.live and not self.feed_done and self.session.exit is None
 
 
+def shown_rank(ctx: ViewContext) -> int | None:
+    """The rank whose figures the panes that follow one process show: the
+    chosen one, else in a distributed job its primary rank (the job's own
+    session holds that rank's steps, frames, breaks and events); None for a
+    job of one process."""
+    ranks = ctx.session.ranks
+    if ctx.rank is not None and ctx.rank in ranks:
+        return ctx.rank
+    return ctx.session.primary_rank if ranks else None
+
+
 def rank_label(ctx: ViewContext) -> str:
-    """' · rank 1' on the titles of panes that show one chosen rank."""
-    return f" · rank {ctx.rank}" if ctx.rank is not None and ctx.rank in ctx.session.ranks else ""
+    """' · rank 1' on the titles of panes that follow one process of a
+    distributed job, so that no pane's figures read as the whole job's."""
+    rank = shown_rank(ctx)
+    return f" · rank {rank}" if rank is not None else ""
+
+
+def job_label(ctx: ViewContext) -> str:
+    """' · all ranks' on the titles of panes that show the whole job (its
+    process tree, the host's GPUs, its output, its findings) when it has ranks."""
+    return " · all ranks" if ctx.session.ranks else ""
 
 
 def put_title(widget: Any, text: str) -> None:
@@ -117,7 +136,9 @@ class StoreView:
     def update_key(self) -> Any:
         ctx = self.ctx
         s = ctx.view if self.SCOPED else ctx.session
-        return (ctx.gen, ctx.rank if self.SCOPED else None, *(s.rev[name] for name in self.SECTIONS))
+        # the rank shown is in the key: a title names it as soon as the job turns out to have ranks
+        scope = (ctx.rank, shown_rank(ctx)) if self.SCOPED else None
+        return (ctx.gen, scope, *(s.rev[name] for name in self.SECTIONS))
 
     def maybe_update(self, force: bool = False) -> bool:
         key = self.update_key()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Any
 
 from rich.text import Text
@@ -11,6 +12,7 @@ from ctmon.store import LogEntry, Session
 from ctmon.store.compiles import BreakSite, CompileRecord, Frame, split_reason
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
+from ctmon.tui.doc import Doc
 from ctmon.tui.panels import localize
 from ctmon.tui.panes import budget
 from ctmon.wire.events import StackFrame
@@ -19,14 +21,9 @@ SOURCE_CONTEXT = 5
 MAX_SOURCE_BYTES = 8 << 20
 
 
-def _section(out: Text, title: str) -> None:
-    out.append("\n")
-    out.append(title, "bold underline")
-    out.append("\n")
-
-
-def _indent(text: str, prefix: str = "  ") -> str:
-    return "\n".join(prefix + line for line in text.rstrip().splitlines())
+def _section(out: Doc, title: str) -> None:
+    out.blank()
+    out.line((title, "bold underline"))
 
 
 def _rel(ctx: ViewContext, t: float | None) -> str:
@@ -37,70 +34,81 @@ def _rel(ctx: ViewContext, t: float | None) -> str:
 # ------------------------------------------------------------------- frame
 
 
-def _called_from(out: Text, called: StackFrame | None, cwd: str | None) -> None:
+def _called_from(out: Doc, called: StackFrame | None, cwd: str | None) -> None:
     """A place in a library's code: the user's own line that leads there."""
     if called is None or not called.file:
         return
-    out.append(f"  {fmt.called_from_text({'file': called.file, 'line': called.line}, cwd)}", "bold cyan")
-    out.append(f": {called.code}\n" if called.code else "\n")
+    text = fmt.called_from_text({"file": called.file, "line": called.line}, cwd)
+    out.para(f": {called.code}" if called.code else "", Text(f"  {text}", "bold cyan"), crop=True)
 
 
 def frame_title(frame: Frame, ctx: ViewContext) -> str:
     return f"Frame {frame.title} at {fmt.where(frame.loc.file, frame.loc.line, ctx.cwd)}"
 
 
-def frame_detail(frame: Frame, ctx: ViewContext) -> Text:
+def frame_detail(frame: Frame, ctx: ViewContext) -> Doc:
     cwd = ctx.cwd
-    out = Text()
-    out.append(frame.title, "bold")
-    out.append(f"  {fmt.where(frame.loc.file, frame.loc.line, cwd)}\n")
+    out = Doc()
+    out.line((frame.title, "bold"), f"  {fmt.where(frame.loc.file, frame.loc.line, cwd)}")
     _called_from(out, frame.called_from, cwd)
     if frame.code.name and (frame.code.file, frame.code.line) != (frame.loc.file, frame.loc.line):
-        out.append(f"  compiled code: {frame.code.name} at {fmt.where(frame.code.file, frame.code.line, cwd)}\n", "dim")
+        where = fmt.where(frame.code.file, frame.code.line, cwd)
+        out.para(f"compiled code: {frame.code.name} at {where}", "  ", "dim")
     if frame.module:
-        out.append(f"  module: {frame.module}\n", "dim")
+        out.para(f"module: {frame.module}", "  ", "dim")
     b_text, b_style = budget(frame)
-    out.append(f"  {fmt.plural(len(frame.compiles), 'compile')} ({frame.recompiles} recompiles) · budget ")
-    out.append(b_text, b_style or "bold")
-    out.append(" (cache entries / recompile limit)", "dim")
-    out.append(f" · {fmt.secs(frame.time_s)} compiling\n")
+    out.para(
+        Text.assemble(
+            f"{fmt.plural(len(frame.compiles), 'compile')} ({frame.recompiles} recompiles) · budget ",
+            (b_text, b_style or "bold"),
+            (" (cache entries / recompile limit)", "dim"),
+            f" · {fmt.secs(frame.time_s)} compiling",
+        ),
+        "  ",
+    )
     rt = ctx.view.hotness.frame_runtime(frame)
     if rt is not None and rt["calls"] is not None:
-        out.append(f"  its graphs ran {fmt.plural(rt['calls'], 'time')}\n")
+        out.para(f"its graphs ran {fmt.plural(rt['calls'], 'time')}", "  ")
     if rt is not None and rt["share"] is not None:
-        out.append(
-            f"  step time: {rt['share']:.0%} in its graphs, {rt['glue_share']:.0%} in its eager code between them",
-            "yellow" if rt["glue_share"] >= 0.1 else "",
-        )
         how = "timed and sampled" if rt["timed"] else "sampled"
-        out.append(f" (host time, {how})\n", "dim")
+        out.para(
+            Text.assemble(
+                (
+                    f"step time: {rt['share']:.0%} in its graphs, {rt['glue_share']:.0%} in its eager code between them",
+                    "yellow" if rt["glue_share"] >= 0.1 else "",
+                ),
+                (f" (host time, {how})", "dim"),
+            ),
+            "  ",
+        )
     if frame.limit_hit:
-        out.append("  ! recompile limit hit: Dynamo no longer compiles this frame; it runs eagerly.\n", "bold red")
+        out.para("! recompile limit hit: Dynamo no longer compiles this frame; it runs eagerly.", "  ", "bold red")
     _section(out, "Compiles")
     if not frame.compiles:
-        out.append("  none finished yet\n", "dim")
+        out.para("none finished yet", "  ", "dim")
     for n, rec in enumerate(frame.compiles, 1):
         _compile_block(out, n, rec, ctx)
     return out
 
 
-def _compile_block(out: Text, n: int, rec: CompileRecord, ctx: ViewContext) -> None:
+def _compile_block(out: Doc, n: int, rec: CompileRecord, ctx: ViewContext) -> None:
     cwd = ctx.cwd
-    out.append(f"\n #{n} ", "bold")
-    out.append(f"{rec.compile_id}", "bold cyan")
-    out.append(f"  at {_rel(ctx, rec.t)}  {fmt.secs(rec.time_s)}")
+    out.blank()
+    head = Text.assemble(
+        (f" #{n} ", "bold"), (f"{rec.compile_id}", "bold cyan"), f"  at {_rel(ctx, rec.t)}  {fmt.secs(rec.time_s)}"
+    )
     if rec.backend_s is not None:
-        out.append(f" (backend {fmt.secs(rec.backend_s)})", "dim")
-    out.append("  ")
+        head.append(f" (backend {fmt.secs(rec.backend_s)})", "dim")
+    head.append("  ")
     if rec.limit_hit:
-        out.append("RECOMPILE LIMIT HIT", "bold red")
+        head.append("RECOMPILE LIMIT HIT", "bold red")
     elif not rec.ok:
-        out.append(f"FAILED ({rec.fail_type})", "bold red")
+        head.append(f"FAILED ({rec.fail_type})", "bold red")
     elif rec.is_recompile:
-        out.append("recompile", "bold yellow")
+        head.append("recompile", "bold yellow")
     else:
-        out.append("first compile", "green")
-    out.append("\n")
+        head.append("first compile", "green")
+    out.line(head)
     facts = []
     if rec.graph_ops is not None:
         facts.append(f"{rec.graph_ops} ops")
@@ -111,29 +119,29 @@ def _compile_block(out: Text, n: int, rec: CompileRecord, ctx: ViewContext) -> N
     if rec.cache_size is not None:
         facts.append(f"{rec.cache_size} earlier entries")
     if facts:
-        out.append("    " + " · ".join(facts) + "\n", "dim")
+        out.para(" · ".join(facts), "    ", "dim")
     if rec.recompile_reason:
         version, reason = split_reason(rec.recompile_reason)
-        out.append(f"    reason{f' (a guard of the cached version {version} failed)' if version else ''}:\n", "bold")
-        out.append(_indent(localize(reason, cwd), "      ") + "\n", "yellow")
+        out.para(f"reason{f' (a guard of the cached version {version} failed)' if version else ''}:", "    ", "bold")
+        out.para(localize(reason, cwd).rstrip(), "      ", "yellow")
     extra = [g for g in rec.guard_failures if g != rec.recompile_reason]
     if extra or len(rec.guard_failures) > 1:
-        out.append("    guard failures:\n", "bold")
+        out.para("guard failures:", "    ", "bold")
         for g in rec.guard_failures:
             version, reason = split_reason(g)
             text = f"version {version}: {reason}" if version else reason
-            out.append(_indent(localize(text, cwd), "      - ").replace("\n      - ", "\n        ") + "\n")
+            out.para(localize(text, cwd).rstrip(), "      - ")
         if rec.versions_failed > len(rec.guard_failures):  # kinds are listed once (ctmon/wire/guard_reasons.py)
-            out.append(
-                f"      ({rec.versions_failed} versions failed: the first few, one of each kind listed)\n", "dim"
+            out.para(
+                f"({rec.versions_failed} versions failed: the first few, one of each kind listed)", "      ", "dim"
             )
     if rec.fail_reason:
-        out.append("    fail reason:\n", "bold")
-        out.append(_indent(localize(rec.fail_reason, cwd), "      ") + "\n", "red")
+        out.para("fail reason:", "    ", "bold")
+        out.para(localize(rec.fail_reason, cwd).rstrip(), "      ", "red")
     for r in rec.restarts[:3]:
-        out.append(f"    restarted after: {fmt.first_line(r)}\n", "dim")
+        out.para(f"restarted after: {fmt.first_line(r)}", "    ", "dim")
     if rec.cudagraph_skip:
-        out.append(f"    cudagraphs skipped: {fmt.first_line(rec.cudagraph_skip)}\n", "yellow")
+        out.para(f"cudagraphs skipped: {fmt.first_line(rec.cudagraph_skip)}", "    ", "yellow")
 
 
 # ------------------------------------------------------------- graph break
@@ -143,28 +151,34 @@ def break_title(site: BreakSite, ctx: ViewContext) -> str:
     return f"Graph break at {fmt.where(site.file, site.line, ctx.cwd)}"
 
 
-def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
+def break_detail(site: BreakSite, ctx: ViewContext) -> Doc:
     cwd = ctx.cwd
-    out = Text()
-    out.append(site.reason, "bold magenta")
-    out.append(f"\n  at {fmt.where(site.file, site.line, cwd)} · {fmt.plural(site.count, 'break')}")
-    out.append(f" · first {_rel(ctx, site.first_t)}, last {_rel(ctx, site.last_t)}\n", "dim")
+    out = Doc()
+    out.para(site.reason, style="bold magenta")
+    out.para(
+        Text.assemble(
+            f"at {fmt.where(site.file, site.line, cwd)} · {fmt.plural(site.count, 'break')}",
+            (f" · first {_rel(ctx, site.first_t)}, last {_rel(ctx, site.last_t)}", "dim"),
+        ),
+        "  ",
+    )
     _called_from(out, site.called_from, cwd)
     if len(site.reasons) > 1:
         for reason, n in site.reasons.most_common(5):
-            out.append(f"  {n:>5}× {reason}\n", "dim")
+            out.para(reason, f"  {n:>5}× ", "dim")
     _section(out, "Source")
     _source(out, site, ctx)
-    if site.detail:
+    rest = reason_rest(site)
+    if rest:
         _section(out, "Reason")
-        out.append(_indent(localize(site.detail, cwd)) + "\n")
+        out.para(localize(rest, cwd), "  ")
     if site.explanation:
         _section(out, "Explanation")
-        out.append(_indent(site.explanation) + "\n")
+        out.para(site.explanation.rstrip(), "  ")
     if site.hints:
         _section(out, "Hints")
         for h in site.hints:
-            out.append(_indent(h, "  • ").replace("\n  • ", "\n    ") + "\n")
+            out.para(h.rstrip(), "  • ")
     if site.user_stack:
         _section(out, "User stack (most recent call last)")
         for fr in site.user_stack:
@@ -172,10 +186,9 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
             internal = (
                 not file or str(file).startswith("<") or "/site-packages/" in str(file) or "/ctmon/agent/" in str(file)
             )
-            out.append(f"  {fmt.where(file, line, cwd)} in {name}\n", "dim" if internal else "bold")
-            code = fr.code
-            if code:
-                out.append(f"      {code}\n", "dim")
+            out.para(f"{fmt.where(file, line, cwd)} in {name}", "  ", "dim" if internal else "bold")
+            if fr.code:
+                out.para(fr.code, "      ", "dim", crop=True)
     ids = []
     if site.compile_ids:
         ids.append("compiles " + ", ".join(site.compile_ids[:12]) + (" …" if len(site.compile_ids) > 12 else ""))
@@ -184,10 +197,31 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Text:
     if ids or site.url:
         _section(out, "More")
         if ids:
-            out.append("  " + " · ".join(ids) + "\n", "dim")
+            out.para(" · ".join(ids), "  ", "dim")
         if site.url:
-            out.append(f"  {site.url}\n", "underline")
+            out.para(site.url, "  ", "underline")
     return out
+
+
+_LABELS = ("Explanation:", "Hint:")
+
+
+def reason_rest(site: BreakSite) -> str:
+    """PyTorch's message less what the screen shows on its own: the summary
+    (the heading), the explanation and the hints (their own sections)."""
+    if not site.detail:
+        return ""
+    shown = [label for label, there in zip(_LABELS, (site.explanation, site.hints), strict=True) if there]
+    kept: list[str] = []
+    for line in site.detail.strip().splitlines():
+        s = line.strip()
+        if s == site.reason.strip() or (shown and s.startswith(tuple(shown))):
+            continue
+        if not s and (not kept or not kept[-1].strip()):
+            continue  # one blank line where lines were taken out
+        kept.append(line.rstrip())
+    text = "\n".join(kept).strip("\n")
+    return textwrap.dedent(text) if text.strip() else ""
 
 
 def resolve_source(file: str | None, cwd: str | None) -> str | None:
@@ -213,31 +247,36 @@ def read_source(path: str, line: int, context: int = SOURCE_CONTEXT) -> list[tup
     return [(n, lines[n - 1]) for n in range(lo, hi + 1)]
 
 
-def _source(out: Text, site: BreakSite, ctx: ViewContext) -> None:
+def _source(out: Doc, site: BreakSite, ctx: ViewContext) -> None:
     path = resolve_source(site.file, ctx.cwd)
     lines = read_source(path, site.line) if (path and site.line) else None
     if lines is None:
         why = "no file" if not path else f"{fmt.short_path(path, ctx.cwd)} is not readable here"
-        out.append(f"  (source not available: {why})\n", "dim")
+        out.para(f"(source not available: {why})", "  ", "dim")
         return
     width = len(str(lines[-1][0]))
     for n, text in lines:
         here = n == site.line
-        out.append(" ▶ " if here else "   ", "bold magenta" if here else "")
-        out.append(f"{n:>{width}} │ ", "bold" if here else "dim")
-        out.append(text.replace("\t", "    ") + "\n", "bold" if here else "")
+        # code keeps its layout: a long line is cut at the edge, never wrapped to column 0
+        out.line(
+            (" ▶ " if here else "   ", "bold magenta" if here else ""),
+            (f"{n:>{width}} │ ", "bold" if here else "dim"),
+            (text.replace("\t", "    "), "bold" if here else ""),
+            crop=True,
+        )
 
 
 # ------------------------------------------------------------------ event
 
 
-def entry_detail(e: LogEntry, ctx: ViewContext) -> Text:
-    out = Text()
-    out.append(f"{e.kind}", "bold")
-    out.append(f" · {e.severity} · {_rel(ctx, e.t)}\n\n", "dim")
-    out.append(localize(e.text, ctx.cwd) + "\n")
+def entry_detail(e: LogEntry, ctx: ViewContext) -> Doc:
+    out = Doc()
+    out.line((f"{e.kind}", "bold"), (f" · {e.severity} · {_rel(ctx, e.t)}", "dim"))
+    out.blank()
+    out.para(localize(e.text, ctx.cwd))
     if e.ref is not None:
-        out.append(f"\nref: {e.ref}\n", "dim")
+        out.blank()
+        out.para(f"ref: {e.ref}", style="dim")
     return out
 
 

@@ -24,6 +24,7 @@ from ctmon.tui.details import (
     frame_detail,
     frame_title,
 )
+from ctmon.tui.failure import FailurePanel
 from ctmon.tui.linelist import LineList
 from ctmon.tui.panels import (
     AlertsPanel,
@@ -41,6 +42,7 @@ from ctmon.tui.stream_panes import KIND_LABEL, EventsPane, OutputPane
 
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36
+LOWER_MIN = 5  # a small screen keeps at least these rows for the list below (its column heads and 4 rows)
 PANES = ("frames", "breaks", "events", "output")
 PANE_TITLES = {"frames": "Frames", "breaks": "Graph breaks", "events": "Events", "output": "Output"}
 
@@ -55,7 +57,9 @@ class ScreenHost(Protocol):
 
 
 class TabStrip(Widget):
-    """In small terminals one list pane shows at a time; this says which."""
+    """In small terminals one list pane shows at a time; this says which, and
+    is that pane's title (its count, whose figures, its filter): the pane
+    itself then needs no title line."""
 
     DEFAULT_CSS = """
     TabStrip { height: 1; background: $panel; }
@@ -64,17 +68,36 @@ class TabStrip(Widget):
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self.current = PANES[0]
+        self._key: Any = None
+
+    def _titles(self) -> dict[str, str]:
+        screen = self.screen
+        titles = {}
+        for name in PANES:
+            pane = screen.query_one(f"#{name}", Pane) if isinstance(screen, MainScreen) else None
+            titles[name] = (pane.title_plain if pane is not None else "") or PANE_TITLES[name]
+        return titles
+
+    def maybe_update(self) -> None:
+        key = (self.current, tuple(self._titles().values()), self.size.width)
+        if key != self._key:
+            self._key = key
+            self.refresh()
 
     def render(self) -> Text:
+        titles = self._titles()
+        width = max(1, self.size.width)
+        hint = Text(" Tab ⇥", "dim")
         out = Text(" ")
         for name in PANES:
-            title = PANE_TITLES[name]
             if name == self.current:
-                out.append(f" {title} ", "bold reverse")
+                out.append(f" {titles[name]} ", "bold reverse")
             else:
-                out.append(f" {title} ", "dim")
+                out.append(f" {PANE_TITLES[name]} ", "dim")
             out.append(" ")
-        out.append(" Tab ⇥", "dim")
+        if out.cell_len + hint.cell_len <= width:
+            out.append_text(hint)
+        out.truncate(width, overflow="ellipsis")
         return out
 
 
@@ -88,7 +111,8 @@ class MainScreen(Screen[None]):
     #proc { width: 2fr; height: 100%; }
     #mid { height: 6; }
     #compile { width: 3fr; height: 100%; }
-    #alerts { width: 1fr; height: 100%; }
+    #alerts { width: 2fr; height: 100%; }
+    #failure { border: round $error; padding: 0 1; }
     #tabs { display: none; }
     #header { border: none; padding: 0 1; }
     #lower { layout: grid; grid-size: 2 2; grid-columns: 3fr 2fr; height: 1fr; }
@@ -107,8 +131,12 @@ class MainScreen(Screen[None]):
     MainScreen.-compact #sys { width: 38; layout: vertical; }
     MainScreen.-compact #gpu { width: 100%; height: 3; }
     MainScreen.-compact #proc { width: 100%; height: 3; }
-    MainScreen.-compact #mid { height: 4; }
-    MainScreen.-compact #alerts { display: none; }
+    MainScreen.-compact.-tall #top { height: 8; }
+    MainScreen.-compact.-tall #gpu { height: 4; }
+    MainScreen.-compact.-tall #proc { height: 4; }
+    MainScreen.-compact #mid { height: auto; layout: vertical; }
+    MainScreen.-compact #compile { width: 100%; height: 4; }
+    MainScreen.-compact #alerts { width: 100%; }
     MainScreen.-compact #tabs { display: block; }
     MainScreen.-compact #lower { layout: vertical; }
     MainScreen.-compact Panel, MainScreen.-compact Pane {
@@ -116,7 +144,10 @@ class MainScreen(Screen[None]):
         border-top: solid $panel-lighten-2;
         padding: 0;
     }
-    MainScreen.-compact Pane:focus { border: none; border-top: solid $accent; }
+    MainScreen.-compact #alerts { border: none; border-top: solid $warning 70%; padding: 0; }
+    MainScreen.-compact #failure { border: none; border-top: solid $error; padding: 0; }
+    MainScreen.-compact.-failed #top { display: none; }
+    MainScreen.-compact Pane, MainScreen.-compact Pane:focus { border: none; }
     MainScreen.-compact #steps { padding-right: 1; }
     MainScreen.-compact Pane { display: none; }
     MainScreen.-compact Pane.-current { display: block; }
@@ -153,6 +184,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         ctx = self.ctx
         yield HeaderBar(ctx, id="header")
+        yield FailurePanel(ctx, id="failure")
         with Horizontal(id="top"):
             yield StepsPanel(ctx, id="steps")
             with Container(id="sys"):
@@ -195,7 +227,30 @@ class MainScreen(Screen[None]):
         compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
         self.compact = compact
         self.set_class(compact, "-compact")
-        self.query_one("#compile").set_class(compact, "-with-alert")
+        self.set_class(height >= 30, "-tall")  # a small screen with rows to spare: a taller steps chart
+        # small screens: the findings are a strip as tall as what it lists,
+        # up to two lines at 24 rows, three from 30
+        alerts = self.query_one("#alerts", AlertsPanel)
+        alerts.max_lines = (2 if height < 30 else 3) if compact else None
+        if not compact:
+            alerts.styles.height = "100%"
+            alerts.display = True
+        # a failed job's traceback: a third of the screen; on a small one it
+        # takes the place of the steps and resources (the job is over)
+        self.query_one("#failure", FailurePanel).max_lines = max(4, height // 3)
+        for view in self.views():
+            if isinstance(view, (AlertsPanel, FailurePanel)):
+                view.maybe_update(force=True)
+
+    def place_failure(self, rows: int) -> None:
+        """A failed job's traceback is ``rows`` lines (0: none shown). On a
+        small screen it takes the place of the steps and resources (the job
+        is over) when both would leave the list below fewer than LOWER_MIN rows."""
+        h = self.size.height
+        top = 8 if h >= 30 else 6
+        strip = (self.query_one("#alerts", AlertsPanel).max_lines or 0) + 1
+        lower = h - (2 + rows + 1 + top + 4 + strip + 1 + 1)  # header, traceback, top, compile, findings, tabs, keys
+        self.set_class(self.compact and rows > 0 and lower < LOWER_MIN, "-failed")
 
     # ---- panes ----
 

@@ -6,8 +6,10 @@ compiles, stalled with nothing compiling -- with its steps, last and median
 step, compiles, recompiles, breaks and FX-cache results; the slowest rank is
 marked. Enter shows that rank in the panes that follow one process (steps,
 compilation, frames, graph breaks, events); "all ranks" goes back to the job
-(local rank 0's view, with the job's totals). The lines are redrawn twice a
-second, so a rank that has been compiling for 40 s says so while it happens.
+(the Compilation pane's totals summed over the ranks, the lists of the primary
+rank, local rank 0; each pane's title names whose figures it shows). The
+lines are redrawn twice a second, so a rank that has been compiling for 40 s
+says so while it happens.
 """
 
 from __future__ import annotations
@@ -76,7 +78,22 @@ def ranks_summary(ctx: ViewContext) -> str | None:
         states[x.state] = states.get(x.state, 0) + 1
     busy = [f"{n} {st}" for st, n in sorted(states.items()) if st not in ("stepping", "ended")]
     shown = f" · showing rank {ctx.rank} (r)" if ctx.rank is not None else ""
-    return f"{len(s.ranks)} ranks" + (f": {', '.join(busy)}" if busy else "") + shown
+    return fmt.plural(len(s.ranks), "rank") + (f": {', '.join(busy)}" if busy else "") + shown
+
+
+def all_ranks_line(ctx: ViewContext, width: int) -> Text:
+    """The first row: what the job's own view shows, with the totals the
+    Compilation pane, the report and the end-of-run summary give."""
+    from ctmon.tui.panels.compilation import job_totals
+
+    t = job_totals(ctx.session)
+    primary = ctx.session.primary_rank
+    lists = f"; steps, frames, breaks, events: rank {primary}" if primary is not None else ""
+    line = Text("  all ranks (the job", "bold")
+    line.append(f": Compilation sums them{lists})")
+    line.append(f"  {t.compiles} c {t.recompiles} rc {t.breaks} b in all", "bold")
+    line.truncate(width, overflow="ellipsis")
+    return line
 
 
 class RanksScreen(ModalScreen[None]):
@@ -122,7 +139,7 @@ class RanksScreen(ModalScreen[None]):
         statuses = rank_statuses(s, now)
         width = max(40, min(self.app.size.width, 140) - 6)  # the border and padding
         height = max(3, self.app.size.height - 6)
-        rows = [Text("  all ranks (the job: local rank 0's panes, totals summed)", "bold")]
+        rows = [all_ranks_line(self.ctx, width)]
         several_hosts = len({x.host for x in statuses}) > 1
         rows += [rank_line(x, width, several_hosts) for x in statuses]
         self.cursor = max(0, min(self.cursor, len(rows) - 1))

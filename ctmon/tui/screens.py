@@ -13,6 +13,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from ctmon.tui.doc import Doc
 from ctmon.tui.safe import clean, safe_text
 
 # Quitting: where a job runs, q and Ctrl-C reach it; a replay has no job to stop.
@@ -29,7 +30,7 @@ KEYS: list[tuple[str, str]] = [
     ("Esc", "close details or dialogs; in a pane: clear its filter"),
     ("/", "filter the pane (text; events also by kind)"),
     ("f", "events: cycle kinds (all, compiles, recompiles, breaks, cache, alerts)"),
-    ("a", "all findings: what is wrong, where, the evidence and the fix"),
+    ("a", "all findings: what is wrong, where, the evidence and the fix (the Findings pane lists the first)"),
     ("r", "ranks of a distributed job: what each is doing; Enter shows one rank in the panes"),
     ("space", "pause the view (data keeps being collected)"),
 ]
@@ -47,15 +48,15 @@ LEGEND = [
     ("!", "under a step bar: that step paid a compile (also magenta)"),
     ("^", "under a step bar: taller than the chart's scale"),
     ("budget n/m", "a frame's compiled versions / recompile limit; '!' when the limit is hit"),
-    ("warn, CRIT", "event severities; CRIT also in the Alerts area"),
+    ("warn, CRIT", "severities; the Findings pane lists what is warn or worse (a: all, with fixes)"),
 ]
 
 
-def _table(rows: Iterable[tuple[str, str]], key_width: int = 24) -> Text:
-    out = Text()
+def _table(rows: Iterable[tuple[str, str]], key_width: int = 24) -> Doc:
+    """Keys and what they do; a long description wraps under itself, not under the keys."""
+    out = Doc()
     for k, v in rows:
-        out.append(f"  {k:<{key_width}}", "bold")
-        out.append(f"{v}\n")
+        out.para(v, Text(f"  {k:<{key_width}}", "bold"))
     return out
 
 
@@ -76,18 +77,17 @@ class HelpScreen(ModalScreen[None]):
         self.replay = replay
 
     def compose(self) -> ComposeResult:
-        text = Text()
-        text.append("ctmon — keys\n", "bold")
-        text.append_text(_table(QUIT_REPLAY_KEYS if self.replay else QUIT_KEYS))
-        text.append_text(_table(KEYS))
+        text = Doc().line(("ctmon — keys", "bold"))
+        text.extend(_table(QUIT_REPLAY_KEYS if self.replay else QUIT_KEYS))
+        text.extend(_table(KEYS))
         if not self.replay:
-            text.append_text(_table(JOB_KEYS))
+            text.extend(_table(JOB_KEYS))
         if self.replay:
-            text.append("\nReplay\n", "bold")
-            text.append_text(_table(REPLAY_KEYS))
-        text.append("\nMarks\n", "bold")
-        text.append_text(_table(LEGEND, 14))
-        text.append("\nEsc, ? or q closes this help.", "dim")
+            text.blank().line(("Replay", "bold"))
+            text.extend(_table(REPLAY_KEYS))
+        text.blank().line(("Marks", "bold"))
+        text.extend(_table(LEGEND, 14))
+        text.blank().line(("Esc, ? or q closes this help.", "dim"))
         with VerticalScroll(id="help-body") as v:
             v.border_title = "Help"
             yield Static(text, id="help-text")
@@ -236,11 +236,11 @@ class DetailScreen(Screen[None]):
         Binding("k,up", "scroll(-1)", show=False),
     ]
 
-    def __init__(self, title: str, body: Text, name: str) -> None:
+    def __init__(self, title: str, body: Text | Doc, name: str) -> None:
         super().__init__(name=name)
         # recorded text, shown literally: no markup, no control characters
         self.title_text = clean(title, tab=" ")
-        self.body = safe_text(body, tab_size=None)
+        self.body: Text | Doc = body.map(safe_text) if isinstance(body, Doc) else safe_text(body, tab_size=None)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail-body") as v:

@@ -11,7 +11,7 @@ from ctmon.store import LogEntry
 from ctmon.store.compiles import CompileRecord, Frame
 from ctmon.store.output import OutputLine
 from ctmon.tui import fmt
-from ctmon.tui.context import ViewContext, put_title, rank_label
+from ctmon.tui.context import ViewContext, job_label, put_title, rank_label
 from ctmon.tui.panels import localize
 from ctmon.tui.panes import Pane, one_line, reason_text
 from ctmon.tui.safe import ansi_text
@@ -194,7 +194,7 @@ class OutputPane(Pane):
                 self._update_size()
                 self.refresh()
         self._seen = (gen, out.total_lines)
-        put_title(self, f"Output{self.filter_label()}")
+        put_title(self, f"Output{job_label(self.ctx)}{self.filter_label()}")
 
     def _partial_rows(self) -> list[OutputLine]:
         rows = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import islice
 from typing import Any
 
@@ -9,11 +10,12 @@ from rich.text import Text
 
 from ctmon.store import Session
 from ctmon.tui import fmt
-from ctmon.tui.context import ViewContext, put_title
+from ctmon.tui.context import ViewContext, job_label, put_title
 from ctmon.tui.panels.base import Panel, localize
-from ctmon.tui.panels.findings import finding_text, live_findings
+from ctmon.tui.panels.findings import current_findings, finding_text, live_findings
 
 ALERTS_KEPT = 200
+TB_HEADER = "Traceback (most recent call last):"
 _alerts_cache: dict[int, tuple[Session, int, list[Any]]] = {}
 
 
@@ -47,11 +49,27 @@ def alert_text(e: Any, ctx: ViewContext) -> Text:
     return Text.assemble((f"{sev} ", "bold red" if sev == "CRIT" else "bold yellow"), fmt.first_line(text))
 
 
+def severity_counts(found: list[Any]) -> str:
+    """'1 CRIT, 2 warn, 3 info': how many findings of each severity."""
+    n = Counter(f.severity for f in found)
+    parts = [
+        f"{n[sev]} {word}" for sev, word in (("critical", "CRIT"), ("warning", "warn"), ("info", "info")) if n[sev]
+    ]
+    return ", ".join(parts)
+
+
 class AlertsPanel(Panel):
-    """What needs attention now: the findings (recompile limit hit or near,
-    storms of recompiles, graph breaks in the loop, cache misses, skipped CUDA
-    graphs, an idle GPU), then the job dying or failing compiles. ``a`` opens
-    every finding with its evidence and fix."""
+    """What needs attention now, and the way to the fixes: the findings of
+    severity warning and above, most severe first (recompile limit hit or
+    near, storms of recompiles, graph breaks in the loop, cache misses,
+    skipped CUDA graphs, an idle GPU, the job failing), then the log's alerts
+    (failed compiles, ctmon's own warnings). Its title counts every finding
+    by severity and names the key (``a``) that opens them all with their
+    evidence and fixes; when not all fit, the last line says how many more.
+
+    On a wide screen it sits beside the Compilation pane; on a small one it
+    is a strip under it, as tall as what it lists (up to ``max_lines``), and
+    gone when there is nothing to list."""
 
     SECTIONS = ("log",)
 
@@ -59,31 +77,83 @@ class AlertsPanel(Panel):
     AlertsPanel { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    max_lines: int | None = None  # the strip's cap (small screens); None: as many as the panel holds
+
     def update_key(self) -> Any:
         # the findings shown (recomputed at most every FINDINGS_EVERY_S) decide
-        return (*super().update_key(), tuple(f.id for f in live_findings(self.ctx)))
+        found = current_findings(self.ctx)
+        return (*super().update_key(), tuple(f.id for f in found), self.max_lines, bool(self.ctx.session.ranks))
 
-    def _items(self, limit: int) -> list[Text]:
-        # only the lines that fit are formatted: a compile storm can raise
-        # hundreds of findings, and formatting them all on every repaint
-        # costs more than the rest of the screen
+    def on_resize(self) -> None:
+        self.set_title()  # the title's hint fits the width
+
+    def _sources(self, limit: int) -> tuple[list[Any], list[Any]]:
+        """The findings to list, and up to ``limit`` of ctmon's own warnings
+        (newest first). The log's other alerts each have a finding that
+        says more: a failed compile, the recompile limit, the job's exit."""
         ctx = self.ctx
-        out = [finding_text(f, ctx) for f in live_findings(ctx)[:limit]]
-        if len(out) < limit:
-            out += [
-                alert_text(e, ctx) for e in reversed(alerts(ctx.session, limit)) if e.kind in ("exit", "note", "error")
-            ][: limit - len(out)]
-        return out
+        # (a note that is only a traceback's first line is Dynamo's error for a failed compile: its finding says it)
+        notes = [e for e in reversed(alerts(ctx.session, limit)) if e.kind == "note" and e.text.strip() != TB_HEADER]
+        return live_findings(ctx), notes
+
+    def _items(self, limit: int) -> tuple[list[Text], int]:
+        """The lines that fit in ``limit`` and how many items were left out.
+        Only those lines are formatted: a compile storm can raise hundreds of
+        findings, and formatting them all on every repaint costs more than
+        the rest of the screen."""
+        ctx = self.ctx
+        found, extra = self._sources(limit + 1)
+        total = len(found) + len(extra)
+        shown = min(limit, total)
+        out = [finding_text(f, ctx) for f in found[:shown]]
+        out += [alert_text(e, ctx) for e in extra[: shown - len(out)]]
+        return out, total - len(out)
+
+    def wanted_lines(self) -> int:
+        """How many lines the strip takes (small screens): what it lists, up to its cap."""
+        if self.max_lines is None:
+            return self.content_height
+        found, extra = self._sources(self.max_lines)
+        return min(self.max_lines, len(found) + len(extra))
+
+    def update_view(self) -> None:
+        if self.max_lines is not None:  # a strip: as tall as what it lists, with its title line
+            n = self.wanted_lines()
+            self.display = n > 0
+            self.styles.height = n + self.styles.gutter.height  # its title line
+        super().update_view()
 
     def set_title(self) -> None:
-        n = len(live_findings(self.ctx))
-        put_title(self, f"Alerts · {n} (a: all)" if n else "Alerts")
+        found = current_findings(self.ctx)
+        head = f"Findings · {severity_counts(found)}" if found else "Findings"
+        room = self.outer_size.width - 5  # the border's corners and the spaces around the title
+        job = job_label(self.ctx)
+        if not found:
+            put_title(self, head + job)
+            return
+        # the way to the fixes first: a narrow title gives up its other words before the key
+        titles = (
+            f"{head}{job} · a: all, with fixes",
+            f"{head}{job} · a: fixes",
+            f"{head} · a: fixes",
+            f"{head} · a",
+            "Findings · a",
+        )
+        put_title(self, next((t for t in titles if len(t) <= room), titles[-1]))
 
     def render_text(self) -> Text:
-        h = self.content_height
-        items = self._items(max(1, h))
+        h, w = self.content_height, self.content_width
+        items, more = self._items(max(1, h))
         if not items:
-            return Text("none", style="dim")
+            found = current_findings(self.ctx)
+            if found:
+                return Text(f"{severity_counts(found)}: nothing that needs attention", style="dim")
+            return Text("no findings: compilation looks healthy", style="dim")
+        if more:  # the last line ends with how many more, and the key that lists them
+            mark = Text.assemble((f" +{more} more ", "bold"), ("a", "bold reverse"))
+            last = items[-1]
+            last.truncate(max(1, w - mark.cell_len), overflow="ellipsis", pad=True)
+            last.append_text(mark)
         out = Text("\n").join(items[: max(1, h)])
         out.no_wrap = True
         out.overflow = "ellipsis"

@@ -1,15 +1,82 @@
-"""The compilation panel: totals, the compile in progress, the caches."""
+"""The compilation panel: totals, the compile in progress, the caches.
+
+Whose totals: one process's, or in a distributed job's own view every
+rank's, summed as the report and the end-of-run summary sum them (the job's
+session, which holds the primary rank and the launcher, plus every other
+rank: ctmon/report/ranks.py), with each rank's counts on a line of their own.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rich.text import Text
 
+from ctmon.store import Session
+from ctmon.store.compiles import CompileState
 from ctmon.tui import fmt
-from ctmon.tui.context import put_title, rank_label
-from ctmon.tui.panels.alerting import alert_text, alerts
+from ctmon.tui.context import ViewContext, put_title, rank_label
 from ctmon.tui.panels.base import Panel
+
+
+@dataclass
+class Totals:
+    """What the panel counts, of one process or summed over ranks."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    breaks: int = 0
+    limit_hits: int = 0
+    failures: int = 0
+    time_s: float = 0.0  # forward frames
+    bwd_compiles: int = 0
+    bwd_time_s: float = 0.0
+    autotune_kernels: int = 0
+    autotune_cached: int = 0
+    time_saved_s: float = 0.0
+    cache: dict[str, list[int]] = field(default_factory=dict)  # name -> [hit, miss, bypass]
+
+    def add(self, other: Totals) -> None:
+        for f in fields(self):
+            if f.name == "cache":
+                for name, counts in other.cache.items():
+                    mine = self.cache.setdefault(name, [0, 0, 0])
+                    self.cache[name] = [a + b for a, b in zip(mine, counts, strict=True)]
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def totals_of(c: CompileState) -> Totals:
+    return Totals(
+        compiles=c.compile_count,
+        recompiles=c.recompile_count,
+        breaks=c.graph_break_count,
+        limit_hits=c.limit_hits,
+        failures=c.failures,
+        time_s=c.total_time_s,
+        bwd_compiles=c.bwd_compiles,
+        bwd_time_s=c.bwd_time_s,
+        autotune_kernels=c.autotune_kernels,
+        autotune_cached=c.autotune_cached,
+        time_saved_s=c.time_saved_s,
+        cache={name: [cc.hit, cc.miss, cc.bypass] for name, cc in c.cache.items()},
+    )
+
+
+def job_totals(s: Session) -> Totals:
+    """The job's totals: its session's (the primary rank and processes that
+    are no rank) plus every other rank's, the rule of ctmon/report/ranks.py."""
+    total = totals_of(s.compile)
+    for r, rs in sorted(s.ranks.items()):
+        if r != s.primary_rank:
+            total.add(totals_of(rs.session.compile))
+    return total
+
+
+def all_ranks(ctx: ViewContext) -> bool:
+    """The job's own view of a distributed job: the panel sums the ranks."""
+    return ctx.rank is None and bool(ctx.session.ranks)
 
 
 class CompilePanel(Panel):
@@ -20,27 +87,45 @@ class CompilePanel(Panel):
         ctx = self.ctx
         active = ctx.view.compile.active
         el = int(ctx.elapsed() or 0) if active and ctx.job_running else None
-        return (*super().update_key(), el)
+        # another rank's compiles change the sums
+        ranks = (ctx.session.rev["rank_compiles"], ctx.session.rev["ranks"]) if all_ranks(ctx) else None
+        return (*super().update_key(), el, ranks)
 
     def set_title(self) -> None:
-        put_title(self, f"Compilation{rank_label(self.ctx)}")
+        ctx = self.ctx
+        if all_ranks(ctx):
+            n = len(ctx.session.ranks)
+            put_title(
+                self, f"Compilation · {'all ' if n > 1 else ''}{fmt.plural(n, 'rank')}{' summed' if n > 1 else ''}"
+            )
+        else:
+            put_title(self, f"Compilation{rank_label(ctx)}")
 
     def render_text(self) -> Text:
         ctx = self.ctx
         s = ctx.view
         c = s.compile
         w, h = self.content_width, self.content_height
+        tot = job_totals(ctx.session) if all_ranks(ctx) else totals_of(c)
         totals = Text()
-        _count(totals, c.compile_count, "compile", None)
-        _count(totals, c.recompile_count, "recompile", "yellow")
-        _count(totals, c.graph_break_count, "graph break", "magenta")
-        if c.limit_hits:
-            _count(totals, c.limit_hits, "limit hit", "bold red")
-        if c.failures:
-            _count(totals, c.failures, "failed", "red", plural=False)
-        totals.append(f"{fmt.secs(c.total_time_s)} compiling")
-        if c.bwd_compiles:
-            totals.append(f" (+{fmt.secs(c.bwd_time_s)} bwd)", style="dim")
+        # a compile the recompile limit refused did not compile: said apart,
+        # as the report and the summary say it ("7 recompiles + 1 refused")
+        _count(totals, tot.compiles - tot.limit_hits, "compile", None)
+        if tot.limit_hits:
+            n = max(0, tot.recompiles - tot.limit_hits)
+            totals.append(f"{n:,}", style="yellow bold" if n else "dim")
+            totals.append(f" recompile{'s' if n != 1 else ''}")
+            totals.append(f" + {tot.limit_hits:,} refused at the limit", style="bold red")
+            totals.append(" · ")
+        else:
+            _count(totals, tot.recompiles, "recompile", "yellow")
+        _count(totals, tot.breaks, "graph break", "magenta")
+        if tot.failures:
+            _count(totals, tot.failures, "failed", "red", plural=False)
+        # forward and backward together, as the report and the summary say it
+        totals.append(f"{fmt.secs(tot.time_s + tot.bwd_time_s)} compiling")
+        if tot.bwd_compiles:
+            totals.append(f" ({fmt.secs(tot.bwd_time_s)} backward)", style="dim")
         active = None
         if c.active:
             cid, start = next(reversed(c.active.items()))
@@ -54,8 +139,7 @@ class CompilePanel(Panel):
         cache = Text("cache ", style="bold")
         parts = []
         for key, label in (("fx_graph", "FX graph"), ("aot_autograd", "AOTAutograd")):
-            cc = c.cache.get(key)
-            hit, miss, byp = (cc.hit, cc.miss, cc.bypass) if cc else (0, 0, 0)
+            hit, miss, byp = tot.cache.get(key) or (0, 0, 0)
             t = Text(f"{label} ")
             t.append(f"{hit} hit", style="green" if hit else "")
             t.append(" / ")
@@ -64,37 +148,45 @@ class CompilePanel(Panel):
                 t.append(f" / {byp} bypass", style="red")
             parts.append(t)
         at = Text("autotune ")
-        at.append(f"{c.autotune_cached}/{c.autotune_kernels} cached" if c.autotune_kernels else "0 kernels")
+        at.append(f"{tot.autotune_cached}/{tot.autotune_kernels} cached" if tot.autotune_kernels else "0 kernels")
         parts.append(at)
         cache.append_text(Text(" · ", style="dim").join(parts))
-        if c.time_saved_s and cache.cell_len + 18 <= w:
-            cache.append(f" · saved {fmt.secs(c.time_saved_s)}", style="dim")
-        facts = []
-        if c.frames:
-            facts.append(f"{fmt.plural(len(c.frames), 'frame')} compiled")
-        if c.recompile_limit is not None:
-            facts.append(f"recompile limit {c.recompile_limit}")
-        if c.cudagraph_skips:
-            facts.append(f"cudagraphs skipped {sum(c.cudagraph_skips.values())}×")
-        alert = None
-        if self.has_class("-with-alert"):
-            al = alerts(s, 1)
-            if al:
-                alert = alert_text(al[-1], ctx)
+        if tot.time_saved_s and cache.cell_len + 18 <= w:
+            cache.append(f" · saved {fmt.secs(tot.time_saved_s)}", style="dim")
+        if all_ranks(ctx):
+            facts_t: Text | None = _by_rank(ctx.session)
+        else:
+            facts = []
+            if c.frames:
+                facts.append(f"{fmt.plural(len(c.frames), 'frame')} compiled")
+            if c.recompile_limit is not None:
+                facts.append(f"recompile limit {c.recompile_limit}")
+            if c.cudagraph_skips:
+                facts.append(f"cudagraphs skipped {sum(c.cudagraph_skips.values())}×")
+            facts_t = Text(" · ".join(facts), style="dim") if facts else None
         # what to keep when lines run short: totals and caches, then the
-        # alert (small terminals only), the compile in progress, the facts
-        facts_t = Text(" · ".join(facts), style="dim") if facts else None
-        optional = [x for x in (alert, active, facts_t) if x is not None][: max(0, h - 2)]
-
-        def kept(x: Text | None) -> bool:
-            return x is not None and any(x is y for y in optional)
-
-        lines = [totals]
-        lines += [x for x in (active, facts_t) if kept(x)]  # type: ignore[misc]
-        lines.append(cache)
-        if kept(alert):
-            lines.append(alert)  # type: ignore[arg-type]
+        # compile in progress, then the facts (or each rank's counts)
+        optional = [x for x in (active, facts_t) if x is not None][: max(0, h - 2)]
+        lines = [totals, *optional, cache]
         return Text("\n").join(lines[:h])
+
+
+def _by_rank(s: Session) -> Text:
+    """Each rank's own counts: 'r0 1 compile · r1 2 compiles, 1 recompile'."""
+    out = Text("by rank: ", style="dim")
+    for i, (r, rs) in enumerate(sorted(s.ranks.items())):
+        t = totals_of(rs.session.compile)
+        if i:
+            out.append(" · ", style="dim")
+        out.append(f"r{r} ", style="bold")
+        words = [fmt.plural(t.compiles, "compile")]
+        if t.recompiles:
+            words.append(fmt.plural(t.recompiles, "recompile"))
+        if t.breaks:
+            words.append(fmt.plural(t.breaks, "break"))
+        out.append(", ".join(words), style="yellow" if t.recompiles else "")
+    out.append("  (r: each rank)", style="dim")
+    return out
 
 
 def _count(t: Text, n: int, word: str, style: str | None, plural: bool = True) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from time import monotonic
 from typing import Any
 
@@ -10,6 +9,7 @@ from rich.text import Text
 
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
+from ctmon.tui.doc import Doc
 from ctmon.tui.panels.base import localize
 
 FINDINGS_EVERY_S = 2.0  # live: findings that depend on steps or samples are refreshed this often
@@ -57,41 +57,37 @@ def live_findings(ctx: ViewContext) -> list[Any]:
 
 
 def finding_text(f: Any, ctx: ViewContext) -> Text:
+    """One line: what is wrong first, then where (a narrow line keeps the what)."""
     sev = "CRIT" if f.severity == "critical" else "warn"
-    where = f" {fmt.place(f.file, f.line, f.called_from, ctx.cwd, True)}" if f.file else ""
+    where = f" · {fmt.place(f.file, f.line, f.called_from, ctx.cwd, True)}" if f.file else ""
     return Text.assemble(
-        (f"{sev}", "bold red" if sev == "CRIT" else "bold yellow"),
-        (where, "cyan"),
-        " ",
+        (f"{sev} ", "bold red" if sev == "CRIT" else "bold yellow"),
         fmt.first_line(localize(f.title, ctx.cwd)),
+        (where, "cyan"),
     )
 
 
-def findings_body(ctx: ViewContext) -> Text:
-    """Every finding: title, where, why, the evidence and the fix."""
+def findings_body(ctx: ViewContext) -> Doc:
+    """Every finding: title, where, why, the evidence and the fix; wrapped
+    once, to the screen's width, each part under its own label."""
     found = current_findings(ctx, force=True)
+    out = Doc()
     if not found:
-        return Text("No findings: compilation looks healthy.", style="dim")
-    out = Text()
+        return out.line(("No findings: compilation looks healthy.", "dim"))
     for f in found:
         style = {"critical": "bold red", "warning": "bold yellow"}.get(f.severity, "bold")
-        out.append(f"{f.severity.upper():<9}", style)
-        out.append(localize(f.title, ctx.cwd) + "\n", "bold")
+        out.para(localize(f.title, ctx.cwd), (f"{f.severity.upper():<9}", style), "bold")
         called = f.called_from
         if called is not None and called.file:  # the user's own line first
             text = fmt.called_from_text({"file": called.file, "line": called.line}, ctx.cwd)
-            out.append(f"  {text}" + (f": {called.code}" if called.code else "") + "\n", "bold cyan")
+            out.para(text + (f": {called.code}" if called.code else ""), "  ", "bold cyan")
         if f.file:
-            out.append(f"  at {fmt.short_path(f.file, ctx.cwd, False)}:{f.line}\n", "cyan")
+            out.para(f"at {fmt.short_path(f.file, ctx.cwd, False)}:{f.line}", "  ", "cyan")
         if f.detail:
-            out.append(textwrap.indent(textwrap.fill(f.detail, 100), "  ") + "\n")
+            out.para(f.detail.strip(), "  ")
         for e in f.evidence[:10]:
-            out.append(
-                textwrap.indent(textwrap.fill(localize(e, ctx.cwd), 100, subsequent_indent="    "), "  - ") + "\n",
-                "dim",
-            )
+            out.para(localize(e, ctx.cwd).strip(), "  - ", "dim")
         if f.fix:
-            out.append("  fix: ", "bold green")
-            out.append(textwrap.fill(f.fix, 100, subsequent_indent="       ")[0:] + "\n")
-        out.append("\n")
+            out.para(f.fix.strip(), ("  fix: ", "bold green"))
+        out.blank()
     return out

@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.tui import fmt
-from ctmon.tui.context import put_title
+from ctmon.tui.context import job_label, put_title
 from ctmon.tui.panels.base import Panel, num
 from ctmon.tui.panels.samples import absent_samples, gpu_error, latest_gpus, recent_samples
 from ctmon.wire.events import Sample
@@ -19,10 +19,10 @@ class GpuPanel(Panel):
 
     def set_title(self) -> None:
         gpus = latest_gpus(self.ctx.session)
-        put_title(self, f"GPU · {len(gpus)}" if gpus and len(gpus) > 1 else "GPU")
+        put_title(self, (f"GPU · {len(gpus)}" if gpus and len(gpus) > 1 else "GPU") + job_label(self.ctx))
 
     def gpu_rows(self) -> list[dict[str, Any]]:
-        """The numbers the panel shows, per GPU (also used by benchmarks/gpu_panel_check.py)."""
+        """The numbers the panel shows, per GPU (also used by benchmarks/gpu/panel_check.py)."""
         gpus = latest_gpus(self.ctx.session) or []
         rows = []
         for g in gpus:

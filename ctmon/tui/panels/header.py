@@ -55,9 +55,9 @@ def state_text(ctx: ViewContext) -> tuple[str, str]:
 
 
 class HeaderBar(Panel):
-    # Not "steps": the header's step count moves with its once-a-second clock
-    # (the Steps panel is the live view); a live job then repaints the full-width
-    # header once a second instead of on every batch of steps.
+    # No step count here: the Steps pane's title says it, of the process it
+    # names, at the pace of the steps (a second count here, repainted with the
+    # once-a-second clock, lagged behind it and named no rank).
     SECTIONS = ("meta", "compile")
 
     DEFAULT_CSS = """
@@ -69,7 +69,6 @@ class HeaderBar(Panel):
         el = ctx.elapsed()
         r = ctx.replay
         rkey = (r.position, r.total, r.playing, r.speed, r.loading) if r else None
-        steps = ctx.session.steps.count if (el is None or ctx.session.exit is not None or not ctx.live) else None
         return (
             *super().update_key(),
             ctx.session.rev["rank_compiles"],
@@ -81,7 +80,6 @@ class HeaderBar(Panel):
             rkey,
             ctx.gpu_error,
             self.ctx.title,
-            steps,
         )
 
     def render_text(self) -> Text:
@@ -103,7 +101,6 @@ class HeaderBar(Panel):
         if s.meta.torch:
             parts.append(Text(f"torch {s.meta.torch}"))
         parts.append(Text(device_summary(ctx)))
-        parts.append(Text(f"step {fmt.count(s.steps.count)}"))
         ranks = ranks_summary(ctx)
         if ranks:
             busy = any(w in ranks for w in ("compiling", "waiting", "stalled"))

@@ -28,19 +28,24 @@ class KeyBar(Widget):
             self.refresh()
 
     def keys(self) -> Iterable[tuple[str, str]]:
+        """The keys in the order they matter: what ctmon found and how to fix
+        it comes right after quitting; a narrow bar keeps the first that fit."""
         ctx = self.ctx
         yield "q", "quit"
-        yield "?", "help"
+        yield "a", "findings"
+        if ctx.session.ranks:
+            yield "r", "ranks"
         yield "Tab", "pane"
         yield "⏎", "details"
+        if ctx.job_running:
+            yield "^C", "stop job"
+        yield "?", "help"
         yield "/", "filter"
         yield "space", "resume" if ctx.paused else "pause"
         if ctx.replay is not None:
             yield "[ ]", "step"
             yield "p", "pause" if ctx.replay.playing else "play"
             yield "{ }", "±10%"
-        elif ctx.job_running:
-            yield "^C", "stop job"
 
     def render(self) -> Text:
         w = max(1, self.size.width)
@@ -48,6 +53,6 @@ class KeyBar(Widget):
         for key, label in self.keys():
             piece = Text.assemble((f" {key} ", "bold reverse"), f" {label} ")
             if out.cell_len + piece.cell_len > w:
-                break
+                continue  # a shorter one further on may still fit
             out.append_text(piece)
         return out

@@ -7,7 +7,7 @@ from itertools import islice
 from rich.text import Text
 
 from ctmon.tui import fmt
-from ctmon.tui.context import put_title
+from ctmon.tui.context import job_label, put_title
 from ctmon.tui.panels.base import Panel, num
 from ctmon.tui.panels.samples import absent_samples, recent_samples
 
@@ -16,7 +16,8 @@ class ProcessPanel(Panel):
     SECTIONS = ("samples",)
 
     def set_title(self) -> None:
-        put_title(self, "Process")
+        # the sampler follows the job's whole process tree: under a launcher, every rank on this host
+        put_title(self, f"Process{job_label(self.ctx)}")
 
     def render_text(self) -> Text:
         s = self.ctx.session

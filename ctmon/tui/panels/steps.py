@@ -24,6 +24,9 @@ class StepsPanel(Panel):
 
     _stats: tuple[Any, Any] = (None, None)
 
+    def update_key(self) -> Any:
+        return (*super().update_key(), self.ctx.session.exit is not None)  # its empty state names the exit
+
     def stats(self) -> Any:
         """The window's statistics, computed once per change of the steps."""
         series = self.ctx.view.steps.current
@@ -40,7 +43,10 @@ class StepsPanel(Panel):
             return
         st = self.stats()
         rate = f" · {st.steps_per_s:.1f}/s" if st.steps_per_s else ""
-        put_title(self, f"Steps · {fmt.count(len(series))} ({series.source}){rate}{rank_label(self.ctx)}")
+        # the job's own step numbers, where they are not ctmon's count from 1 (a resumed run's)
+        last = series.last_number()
+        upto = f", to step {fmt.count(last)}" if last != len(series) else ""
+        put_title(self, f"Steps · {fmt.count(len(series))} ({series.source}{upto}){rate}{rank_label(self.ctx)}")
 
     def render_text(self) -> Text:
         s = self.ctx.view
@@ -49,7 +55,10 @@ class StepsPanel(Panel):
         if series is None and self.ctx.session.meta.mode == TRACE_MODE:
             return Text("a PyTorch trace holds no step times", style="dim italic")
         if series is None or len(series) < 2:
-            msg = "waiting for steps" if series is None else "1 step so far"
+            if self.ctx.session.exit is not None:  # not "waiting": no step will come
+                msg = "no step completed before the job exited" if series is None else "1 step, then the job exited"
+            else:
+                msg = "waiting for steps" if series is None else "1 step so far"
             return Text.assemble(
                 (msg, "dim italic"), ("\n(optimizer.step(), a compiled model's calls, or ctmon.step())", "dim")
             )
