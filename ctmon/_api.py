@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-_step_impl: Callable[[], None] | None = None
+_step_impl: Callable[[int | None], None] | None = None
 
 
-def step() -> None:
+def step(n: int | None = None) -> None:
     """Mark a step boundary. Takes precedence over automatic detection.
 
     Call it once per iteration of the loop you care about (training step,
-    generated token, served batch). Without ctmon running it does nothing.
+    generated token, served batch), when the step's work is done. ``n``:
+    your own number of the step just done, as your log says it; ctmon then
+    numbers the steps as you do (else it counts them from 1). Without
+    ctmon running it does nothing.
     """
     impl = _step_impl
     if impl is not None:
-        impl()
+        impl(n)
 
 
 def active() -> bool:

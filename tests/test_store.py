@@ -432,7 +432,7 @@ def test_recompile_limit_run():
     assert fr["compile_ids"] == ["0/0", "0/1", "0/2", "0/3"]
     text = full_text(r)
     assert "LIMIT HIT" in text
-    assert "1 recompile-limit hit of limit 3" in text
+    assert "3 compiles, 2 recompiles + 1 refused at the recompile limit (3)" in text
 
 
 def test_limit_hit_for_a_frame_never_seen_before():

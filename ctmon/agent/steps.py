@@ -37,6 +37,7 @@ by SIGKILL or ``os._exit`` mid-stretch loses that stretch's count (at most
 
 from __future__ import annotations
 
+import operator
 import time
 import weakref
 from collections.abc import Callable
@@ -59,6 +60,7 @@ from ctmon.wire.ring import (
 )
 
 RANK_COMPILED, RANK_OPTIMIZER, RANK_API = 0, 1, 2
+MAX_NUMBERS_SAID = 100  # step_number events a process sends at most (ctmon.step(n) passed something that jumps)
 OFF = RANK_API + 1  # above every source: every boundary is ignored
 _NAMES = protocol.STEP_SOURCES
 
@@ -67,7 +69,7 @@ CUDA_CHECK_NS = 1_000_000_000  # how often the clock looks for CUDA, a ring to s
 # boundaries come faster than FAST_STEPS_PER_S, TIMED_NS of them are timed,
 # then COUNT_NS (to 3.6 s: the sender ends it) counted, and so on: about a
 # fourteenth of them timed (the timed path costs a host-bound step 2.5 (CPU
-# box) to 6 (H100 host) times the counting one, benchmarks/hook_cost_fine.py).
+# box) to 6 (H100 host) times the counting one, benchmarks/hook_cost.py fine).
 WARM_NS = 20_000_000_000
 FAST_STEPS_PER_S = 200
 COUNT_NS = 3_000_000_000
@@ -93,7 +95,7 @@ class StepClock:
     # Slots, the hot path's first: it touches one object, its first two
     # cache lines. Inside a host-bound loop each object the hook touches has
     # been evicted by the step between two calls, and costs a cache miss
-    # (benchmarks/hook_cold.py).
+    # (benchmarks/hook_calls.py cold).
     __slots__ = (
         "_counting_opt",
         "_counted",
@@ -122,6 +124,9 @@ class StepClock:
         "_later",
         "_rate_at",
         "_count_since",
+        "_numbered_rank",
+        "_numbered_offset",
+        "_numbers_said",
     )
 
     def __init__(self, channel: Channel) -> None:
@@ -169,6 +174,11 @@ class StepClock:
         self._counted_at = 0
         self._count_since = 0
         self._rate_at: tuple[int, int] | None = None
+        # The job's own step numbers (step_number events): the source and
+        # offset (number less boundary index) said last, and how many were said
+        self._numbered_rank = -1
+        self._numbered_offset = 0
+        self._numbers_said = 0
 
     @property
     def count(self) -> int:
@@ -183,6 +193,19 @@ class StepClock:
         """No boundary from now on (a forked child shares the parent's ring)."""
         self.rank = OFF
         self._counting_opt, self._counting = None, -1  # nor a count
+
+    def forked(self) -> None:
+        """In a forked child that may claim a rank of its own: the parent's
+        ring and sources are forgotten, and boundaries go into a harmless
+        stand-in until the child's own ring is attached (``attach_later``)."""
+        self._words, self._mask = [0] * (HEADER_WORDS + 1), 0
+        self._w = self._base = 0
+        self.rank, self._later, self.timer, self._next_check = -1, None, None, 0
+        self._counting_opt, self._counting, self._counted, self._rate_at = None, -1, 0, None
+        self._opt_key, self._opt_ref = None, _always_alive
+        self._call_key, self._call_ref = None, _always_alive
+        # the child's own boundaries start at 0: its numbers are said afresh
+        self._numbered_rank, self._numbered_offset, self._numbers_said = -1, 0, 0
 
     def attach_ring(self, ring: StepRing) -> None:
         self._words, self._mask = ring.words, ring.mask
@@ -244,7 +267,7 @@ class StepClock:
         """At the check: where boundaries came faster than FAST_STEPS_PER_S
         over the time timed since the last check, count the next COUNT_NS of them instead
         of timing each: a loop that fast is host-bound, and the ring's
-        stores are most of what the hook costs it (benchmarks/hook_cold.py).
+        stores are most of what the hook costs it (benchmarks/hook_calls.py cold).
         The sender thread ends the stretch (``end_count``, at each flush,
         held or not). Not in the first WARM_NS: a short run, and a long
         one's start, are timed whole."""
@@ -334,8 +357,32 @@ class StepClock:
 
     # ---- the sources ----
 
-    def api_step(self) -> None:
+    def api_step(self, n: Any = None) -> None:
         self.mark(RANK_API)
+        if n is not None:
+            self.number(RANK_API, n)
+
+    def number(self, rank: int, n: Any) -> None:
+        """The job's own number of the step the boundary just marked ends
+        (``ctmon.step(n)``, an optimizer's step count). Said where the
+        numbers begin or jump, not at every step: a loop that passes its
+        step to ctmon.step costs a subtraction and two comparisons more."""
+        if self.rank != rank:
+            return  # no boundary was written (a higher-ranked source is the clock)
+        if type(n) is not int:
+            if isinstance(n, bool) or hasattr(n, "device"):
+                return  # a tensor's value would cost a GPU sync to read
+            try:
+                n = operator.index(n)
+            except TypeError:
+                return
+        i = self.count - 1
+        if (rank, n - i) == (self._numbered_rank, self._numbered_offset) or self._numbers_said >= MAX_NUMBERS_SAID:
+            return
+        self._numbered_rank, self._numbered_offset = rank, n - i
+        self._numbers_said += 1
+        event = {"kind": protocol.STEP_NUMBER, "t": time.time(), "src": _NAMES[rank], "i": i, "n": n}
+        self.ch.put(("event", event))
 
     def optimizer_hook(self) -> Callable[[Any, Any, Any], None]:
         """The global optimizer step post-hook.
@@ -359,7 +406,7 @@ class StepClock:
                 return
             if clock._counting_opt is optimizer:
                 # mark's counting stretch, in as little code as it takes:
-                # cold, each line of it costs (benchmarks/hook_cold.py)
+                # cold, each line of it costs (benchmarks/hook_calls.py cold)
                 clock._counted += 1
                 clock._counted_at = now()
                 return
@@ -370,6 +417,13 @@ class StepClock:
                 if clock._opt_key is not None and clock._opt_ref() is not None:
                     return  # a second optimizer (a GAN's) would double the count
                 clock._opt_key, clock._opt_ref = key, liveness(optimizer)
+                mark(RANK_OPTIMIZER)
+                # the clock's optimizer, at its first step here: its own count
+                # numbers the steps (a resumed run's goes on from its checkpoint's)
+                count = optimizer_step_count(optimizer)
+                if count is not None:
+                    clock.number(RANK_OPTIMIZER, count)
+                return
             mark(RANK_OPTIMIZER)
 
         return optimizer_step_post_hook
@@ -438,16 +492,23 @@ class StepClock:
                     hooks.pop(clock._hook_id, None)
                 if clock.rank > rank:
                     return leave
+                first = False
                 if rank == RANK_OPTIMIZER:
                     if clock._opt_key != key:
                         if clock._opt_key is not None and clock._opt_ref() is not None:
                             return leave
                         clock._opt_key, clock._opt_ref = key, ref
+                        first = True
                 elif clock._call_key != key:
                     if clock._call_key is not None and clock._call_ref() is not None:
                         return leave  # not the loop's model
                     clock._call_key, clock._call_ref = key, ref
                 mark(rank)
+                if first:
+                    # before its step: the step this boundary ends is the one after its count
+                    count = optimizer_step_count(ref())
+                    if count is not None:
+                        clock.number(RANK_OPTIMIZER, count + 1)
                 gen = clock.generation
                 if rank == RANK_COMPILED and gen is not None and gen.armed:
                     gen.on_call(clock.count - 1, _now())
@@ -459,6 +520,30 @@ class StepClock:
 
 
 def _nothing() -> None:
+    return None
+
+
+def optimizer_step_count(optimizer: Any) -> int | None:
+    """The optimizer's own count of its steps, as most keep it (Adam's,
+    AdamW's, RMSprop's ``state[param]["step"]``): where it is a number or a
+    tensor on the CPU (one on the GPU would cost a sync to read). None where
+    it keeps none (SGD) or has not stepped yet."""
+    try:
+        state = optimizer.state
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                kept = state.get(param)
+                if not kept:
+                    continue
+                step = kept.get("step")
+                if isinstance(step, (int, float)) and not isinstance(step, bool):
+                    return int(step)
+                device = getattr(step, "device", None)
+                if type(step).__name__ == "Tensor" and getattr(device, "type", None) == "cpu" and step.numel() == 1:
+                    return int(step.item())
+                return None
+    except Exception:
+        return None  # an optimizer of its own kind: the count is ctmon's
     return None
 
 

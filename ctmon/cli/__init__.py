@@ -22,7 +22,7 @@ commands:
   replay  FILE                                open the TUI on a recording (or a TORCH_TRACE dir)
   report  FILE [--json|--md]                  summarise a recording (or a TORCH_TRACE dir)
   export  --perfetto|--svg FILE -o OUT        the run as a timeline (Perfetto, chrome://tracing)
-  bench   [opts] SCRIPT|-m MODULE [ARGS...]    run a script once per torch.compile mode and compare
+  bench   [opts] SCRIPT|-m MODULE [ARGS...]   run a script once per torch.compile mode and compare
   runs    [--keep N | --older-than AGE]       list (and prune) the recordings ctmon keeps
   watch   [PID]                               list this user's live jobs, attach to one
 

@@ -121,10 +121,16 @@ def _is_program(path: str) -> bool:
     return not (head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0])
 
 
+HELP_WIDTH = 100  # a help screen's lines, wrapped (an 80-column terminal wraps the rest itself)
+
+
 def format_help(usage: str, description: str, options: list[OptionSpec]) -> str:
-    lines = [f"usage: {usage}", "", description, "", "options:"]
+    import textwrap
+
+    text = "\n".join(textwrap.fill(para, HELP_WIDTH) for para in description.split("\n"))
+    lines = [f"usage: {usage}", "", text, "", "options:"]
     for o in options:
         names = ", ".join(o.names) + (f" {o.metavar}" if o.takes_value else "")
-        lines.append(f"  {names:<26} {o.help}")
+        lines.append(textwrap.fill(o.help, HELP_WIDTH, initial_indent=f"  {names:<26} ", subsequent_indent=" " * 29))
     lines.append(f"  {'-h, --help':<26} show this help and exit")
     return "\n".join(lines) + "\n"

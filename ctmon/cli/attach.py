@@ -18,6 +18,7 @@ from ctmon.cli.record import check_metrics, metrics_url, run_headless
 from ctmon.launch.spec import JobSpec, check_not_target, check_writable
 
 if TYPE_CHECKING:
+    from ctmon.store import Session
     from ctmon.tui.app import AppResult
 
 OPTIONS = [
@@ -122,36 +123,80 @@ def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metri
     )
     result = run_app(app)
     feed.close()
-    return report_after(result, d.recording, metrics)
+    # paths as the user gave them (-o FILE); ctmon's own default, in full
+    return report_after(result, d.recording, metrics, d.output_log, output)
 
 
-def report_after(result: AppResult | None, recording: str, metrics: str | None = None) -> int:
-    """What the terminal shows once the TUI has given it back."""
+def report_after(
+    result: AppResult | None,
+    recording: str,
+    metrics: str | None = None,
+    output_log: str | None = None,
+    given: str | None = None,
+) -> int:
+    """What the terminal shows once the TUI has given it back: for a job
+    that failed, its traceback and where its whole output is (as ``python
+    script.py`` would have left them), then ctmon's summary.
+
+    ``given``: the recording's path as the user gave it (``-o FILE``); the
+    output log's is said the same way, beside it."""
     from ctmon.report.build import build_report
     from ctmon.report.text import summary_lines
 
-    shown = os.path.relpath(recording) if not recording.startswith(os.path.expanduser("~")) else recording
-    if len(shown) > len(recording):
-        shown = recording
+    shown = given or recording
     if result is None:  # the UI failed; the job runs on under its supervisor
-        sys.stderr.write(f"ctmon: the viewer stopped; the job keeps running. Recording: {recording}\n")
+        sys.stderr.write(f"ctmon: the viewer stopped; the job keeps running. Recording: {shown}\n")
         return 1
     session = result.session
     if result.how == "detached" and session.exit is None:
         pid = session.meta.pid
         lines = [
-            f"ctmon: the job keeps running (pid {pid}); its recording: {recording}",
+            f"ctmon: the job keeps running (pid {pid}); its recording: {shown}",
             f"ctmon: watch it again with: ctmon watch {pid}" if pid else "ctmon: watch it again with: ctmon watch",
         ]
         if metrics:
             lines.append(f"ctmon: its Prometheus metrics stay at {metrics_url(metrics)} while it runs")
         sys.stderr.write("\n".join(lines) + "\n")
         return 0
+    lines = failure_lines(session, _log_shown(output_log, given))
     try:
-        sys.stderr.write("\n".join(summary_lines(build_report(session), shown)) + "\n")
+        lines += summary_lines(build_report(session), shown)
+        sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
     except OSError:
         pass
     if session.exit is not None:
         return session.exit.status
     return 0
+
+
+def _log_shown(output_log: str | None, given: str | None) -> str | None:
+    """The output log's path, said as the recording's is (beside ``-o FILE``
+    as given, else in full); None where there is none."""
+    if output_log is None or not os.path.exists(output_log):
+        return None
+    if given:
+        from ctmon.launch.runtime import output_log_path
+
+        beside = output_log_path(given)
+        if os.path.abspath(beside) == os.path.abspath(output_log):
+            return beside
+    return output_log
+
+
+def failure_lines(session: Session, output_log: str | None) -> list[str]:
+    """A failed job's last words on stderr (its traceback, as Python printed
+    it), and where its whole output is: what the terminal keeps of a job
+    the TUI showed. Nothing for a job that succeeded or still runs."""
+    from ctmon.store.job_error import last_traceback, stderr_lines
+    from ctmon.textsafe import clean
+
+    ended = session.exit
+    if ended is None or not ended.known or ended.status == 0:
+        return []
+    said = [clean(line, keep_sgr=True) for line in last_traceback(stderr_lines(session.output))]
+    if any("\x1b[" in line for line in said):
+        said[-1] += "\x1b[0m"  # the job's colours end with its traceback
+    if output_log:
+        said.append(f"ctmon: the job's whole output: {output_log}")
+    return said

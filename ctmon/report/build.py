@@ -18,6 +18,7 @@ from ctmon.report.system import system_report
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord, CompileState, Frame
 from ctmon.store.findings.model import called_from_dict
+from ctmon.store.steps import StepSeries
 from ctmon.wire import events as E
 from ctmon.wire.protocol import finite
 
@@ -74,6 +75,12 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "max_ms": _r(st.max_ms if st else None, 4),
             "steps_per_s": _r(st.steps_per_s if st else None, 3),
             "compile_steps": marked,
+            # the step numbers findings and the text use: the job's own (its optimizer's
+            # step count, ctmon.step(n)) or ctmon's count from 1 (store/steps.py)
+            "numbers": _step_numbers(s.steps.current) if not traced else None,
+            # the first step's time where its start is known (a compiled model's first call
+            # began it); it is in no figure above when an optimizer or ctmon.step() ends steps
+            "first_step_ms": _r(s.steps.current.first_step_ms(), 4) if s.steps.current is not None else None,
             # host time (ctmon/agent/hotness.py, graph_calls.py): in compiled graphs (timed where
             # the agent timed them), in their frames' eager code between graphs (sampled),
             # elsewhere; null until enough samples
@@ -132,6 +139,16 @@ def _runtime(s: Session) -> dict[str, Any] | None:
         "glue_share": h.share("glue"),
         "other_share": h.share("other"),
         "compiling_samples": h.counts["compiling"],
+    }
+
+
+def _step_numbers(series: StepSeries | None) -> dict[str, Any] | None:
+    if series is None or not len(series):
+        return None
+    return {
+        "by": "job" if series.numbered_by_job else "ctmon",
+        "first": series.first_number(),
+        "last": series.last_number(),
     }
 
 

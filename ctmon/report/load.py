@@ -4,6 +4,7 @@ end-of-run summary of ``record`` read."""
 from __future__ import annotations
 
 import gc
+import os
 
 from ctmon.store import Session
 from ctmon.wire.errors import RecordingError
@@ -35,7 +36,18 @@ def load(path: str, unwritten: bytes = b"") -> tuple[Session, ReadStats]:
     note = unreadable_note(stats, session.last_t)
     if note is not None:
         session.apply(note)
+    if session.exit is None and not unwritten:
+        session.cut_off = not written_live(path)
     return session, stats
+
+
+def written_live(path: str) -> bool:
+    """A running ctmon still writes the recording (it holds its lock): a
+    recording without an exit is then of a job still running; else it was
+    cut short (ctmon stopped or killed, the file copied mid-run)."""
+    from ctmon.launch.files import path_locked
+
+    return path_locked(os.path.realpath(path))
 
 
 def _read(path: str, session: Session, dec: StreamDecoder, unwritten: bytes) -> None:

@@ -7,7 +7,16 @@ import re
 from typing import Any
 
 from ctmon.locations import where
-from ctmon.report.text import NOTES_SHOWN, exit_text, fmt_ms, fmt_s, generation_text, rank_lines, warning_notes
+from ctmon.report.text import (
+    NOTES_SHOWN,
+    ended_text,
+    exit_text,
+    fmt_ms,
+    fmt_s,
+    generation_text,
+    rank_lines,
+    warning_notes,
+)
 from ctmon.textsafe import clean, clean_tree
 from ctmon.words import cut
 
@@ -21,10 +30,18 @@ def _system(sysr: dict[str, Any]) -> str:
         if g.get("memory_peak_bytes")
     ]
     if not sysr["gpus"]:
-        parts.append(f"no GPU figures ({sysr['no_gpu']})")
+        parts.append(f"no GPU figures: {sysr['no_gpu']}")  # its reason may hold brackets of its own
     if sysr.get("cpu_percent_peak") is not None:
         parts.append(f"CPU peak {sysr['cpu_percent_peak']}%")
     return "; ".join(parts)
+
+
+def _compiles(c: dict[str, Any]) -> str:
+    """``8 (7 recompiles) + 1 refused at the recompile limit, 1.20 s``: as the text report says them."""
+    refused = c["limit_hits"]
+    compiled, recompiled = max(0, c["compiles"] - refused), max(0, c["recompiles"] - refused)
+    limit = f" + {refused} refused at the recompile limit" if refused else ""
+    return f"{compiled} ({recompiled} recompiles){limit}, {fmt_s(c['total_time_s'])}"
 
 
 def _shares(rt: dict[str, Any]) -> str:
@@ -90,7 +107,7 @@ def markdown(r: dict[str, Any]) -> str:
     cmd = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
     out = [
-        f"### ctmon: {code(cmd)} {exit_text(r)}" + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") else ""),
+        f"### ctmon: {code(cmd)} {ended_text(r) if r.get('duration_s') else exit_text(r)}",
         "",
     ]
     fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
@@ -113,7 +130,7 @@ def markdown(r: dict[str, Any]) -> str:
             else []
         ),
         *([("System", _system(r["system"]))] if (r.get("system") or {}).get("samples") else []),
-        ("Compiles", f"{c['compiles']} ({c['recompiles']} recompiles), {fmt_s(c['total_time_s'])}"),
+        ("Compiles", _compiles(c)),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),
         ("FX graph cache", f"{fx.get('hit', 0)} hit, {fx.get('miss', 0)} miss, {fx.get('bypass', 0)} bypass"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ctmon.store.steps import step_number
 from ctmon.textsafe import clean_markup
 from ctmon.wire import events as E
 
@@ -55,6 +56,10 @@ class PerfettoExport:
         self._origin: int | None = None  # the process (OS pid) of the event being added, where told
         self._phase_open: dict[tuple[int, str, str], float] = {}  # (pid, compile id, phase) -> start
         self._traced: set[tuple[int, str]] = set()  # compiles whose phases PyTorch's timers gave
+        # step slices are named once the stream is read: the job's own step
+        # numbers (step_number events) may come after the boundaries they name
+        self._step_slices: list[tuple[dict[str, Any], tuple[int, str], int]] = []
+        self._numbers: dict[tuple[int, str], list[tuple[int, int]]] = {}
 
     def _us(self, t: float) -> float:
         return round(self._rel(t) * 1e6, 3)
@@ -105,6 +110,9 @@ class PerfettoExport:
         elif kind is E.Steps:
             assert isinstance(ev, E.Steps)
             self._steps(ev)
+        elif kind is E.StepNumber:
+            assert isinstance(ev, E.StepNumber)
+            self._numbers.setdefault((self._pid(rank), ev.src), []).append((ev.i, ev.n))
         elif kind is E.CompileStart:
             assert isinstance(ev, E.CompileStart)
             self._open[(self._pid(rank), str(ev.compile_id))] = ev
@@ -181,17 +189,17 @@ class PerfettoExport:
             if k > 0:
                 t_ns += ns
             if ns > 0 and (k > 0 or key in self._boundary):
-                self.out.append(
-                    {
-                        "ph": "X",
-                        "name": f"step {ev.i0 + k}",
-                        "pid": pid,
-                        "tid": TRACKS["steps"],
-                        "ts": (t_ns - ns) / 1000,
-                        "dur": ns / 1000,
-                        "args": {"ms": round(ns / 1e6, 3), "src": src},
-                    }
-                )
+                step = {
+                    "ph": "X",
+                    "name": "step",  # numbered in result()
+                    "pid": pid,
+                    "tid": TRACKS["steps"],
+                    "ts": (t_ns - ns) / 1000,
+                    "dur": ns / 1000,
+                    "args": {"ms": round(ns / 1e6, 3), "src": src},
+                }
+                self.out.append(step)
+                self._step_slices.append((step, key, ev.i0 + k))
             self._boundary[key] = t_ns
 
     def _compile(self, ev: E.Compile) -> None:
@@ -243,7 +251,7 @@ class PerfettoExport:
         if ev.cpu_percent is not None:
             self.out.append({"ph": "C", "name": "CPU %", "pid": pid, "ts": ts, "args": {"cpu": ev.cpu_percent}})
         rss = ev.tree_rss or ev.rss
-        if rss is not None:
+        if rss:  # 0 B: the job's process is gone (a zombie): the counter keeps its last live figure
             self.out.append({"ph": "C", "name": "RSS GB", "pid": pid, "ts": ts, "args": {"rss": round(rss / 1e9, 4)}})
         for g in ev.gpus or []:
             if g.util is not None:
@@ -255,6 +263,10 @@ class PerfettoExport:
                 self.out.append({"ph": "C", "name": name, "pid": pid, "ts": ts, "args": {"used": mem}})
 
     def result(self) -> dict[str, Any]:
+        # each step as the job numbers it (ctmon/store/steps.py: 1-based, or the job's own)
+        numbers = {key: sorted(found) for key, found in self._numbers.items()}
+        for step, key, k in self._step_slices:
+            step["name"] = f"step {step_number(key[1], k, numbers.get(key, ()))}"
         # per track in time order (metadata first), as viewers expect
         meta = [e for e in self.out if e["ph"] == "M"]
         timed = sorted((e for e in self.out if e["ph"] != "M"), key=lambda e: (e["pid"], e.get("tid", 0), e["ts"]))

@@ -11,18 +11,34 @@ import textwrap
 from typing import Any
 
 from ctmon import locations
-from ctmon.store.compiles import split_reason
+from ctmon.store.compiles import is_limit_hit, split_reason
+from ctmon.store.session import CUT_OFF
 from ctmon.textsafe import clean, clean_tree
 from ctmon.words import cut, plural
 
 SUMMARY_FINDINGS = 3  # warnings and criticals in the end-of-run summary; the rest are counted
 
 
-def _counts(c: dict[str, Any]) -> str:
+def compile_counts_text(compiles: int, recompiles: int, limit_hits: int, limit: int | None = None) -> str:
+    """``8 compiles, 7 recompiles + 1 refused at the recompile limit``: an
+    attempt the limit refused compiled nothing, so it is said apart (the
+    report's ``compiles`` and ``recompiles`` count attempts, refused ones
+    included: every refusal is of a recompile)."""
+    of = f" ({limit})" if limit else ""
+    if not limit_hits:
+        return f"{plural(compiles, 'compile')}, {plural(recompiles, 'recompile')}"
     return (
-        f"{plural(c['compiles'], 'compile')}, {plural(c['recompiles'], 'recompile')}, "
-        f"{plural(c['graph_breaks'], 'graph break')}, {plural(c['limit_hits'], 'recompile-limit hit')}"
+        f"{plural(max(0, compiles - limit_hits), 'compile')}, {plural(max(0, recompiles - limit_hits), 'recompile')}"
+        f" + {limit_hits:,} refused at the recompile limit{of}"
     )
+
+
+def _counts(c: dict[str, Any], limit: bool = False) -> str:
+    counts = compile_counts_text(
+        c["compiles"], c["recompiles"], c["limit_hits"], c.get("recompile_limit") if limit else None
+    )
+    hits = "" if c["limit_hits"] else f", {plural(0, 'recompile-limit hit')}"
+    return f"{counts}, {plural(c['graph_breaks'], 'graph break')}{hits}"
 
 
 def fmt_bytes(n: float) -> str:
@@ -99,6 +115,8 @@ def exit_text(r: dict[str, Any]) -> str:
     if r.get("exit_signal"):
         return f"was killed by {r['exit_signal']}"
     if r.get("exit_code") is None:
+        if r.get("state") == CUT_OFF:
+            return "has no exit in its recording: ctmon was stopped or killed, or the file was cut short"
         if r.get("state") != "exited":
             return "is still running"
         if r.get("input") == "torch_trace":
@@ -107,13 +125,55 @@ def exit_text(r: dict[str, Any]) -> str:
     return f"exited with code {r['exit_code']}"
 
 
+def ended_text(r: dict[str, Any]) -> str:
+    """``exited with code 1 after 8.62 s``: how the job ended, and when. A
+    PyTorch trace holds no run, only its records' span; a recording cut
+    short, how much of the run it holds."""
+    d = r.get("duration_s")
+    if d is None:
+        return exit_text(r)
+    if r.get("input") == "torch_trace":
+        return f"{exit_text(r)}; its records span {fmt_s(d)}"
+    if r.get("state") == CUT_OFF:
+        return f"{exit_text(r)}; {fmt_s(d)} recorded"
+    return f"{exit_text(r)} after {fmt_s(d)}"
+
+
+# where the job's own step numbers came from, by the step source that carried them
+NUMBERED_BY = {"optimizer": "its optimizer's step count", "api": "ctmon.step(n)"}
+
+
+def numbering_text(st: dict[str, Any]) -> str:
+    """``step numbers 1–240, counted by ctmon from 1``: which numbering the
+    findings' "step N" use (report key ``steps.numbers``)."""
+    nums = st["numbers"]
+    span = f"{nums['first']}–{nums['last']}" if nums["last"] != nums["first"] else f"{nums['first']}"
+    if nums["by"] == "job":
+        return f"step numbers {span}, the job's own ({NUMBERED_BY.get(st.get('source') or '', 'its own count')})"
+    return f"step numbers {span}, counted by ctmon from 1"
+
+
+def first_step_text(st: dict[str, Any]) -> str | None:
+    """What the figures leave out: the first step, which only a compiled
+    call's start can time where an optimizer or ctmon.step() ends the steps."""
+    nums = st.get("numbers")
+    if not nums or st.get("source") == "compiled_call":
+        return None  # its first interval is the first step's: in the figures
+    first = nums["first"]
+    if st.get("first_step_ms") is None:
+        return f"step {first}, the first, is untimed (nothing marked its start) and not in the figures below"
+    return (
+        f"step {first}, the first, took {fmt_ms(st['first_step_ms'])} from the first compiled call's start "
+        "(its compiles included; not in the figures below)"
+    )
+
+
 def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
     """The few lines `ctmon record` prints after the job's own output."""
     r = clean_tree(r)
     name = " ".join(r.get("command") or []) or "job"
     st, c, cache = r["steps"], r["compile"], r["cache"]
-    dur = f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else ""
-    lines = [f"ctmon: {name} {exit_text(r)}{dur}"]
+    lines = [f"ctmon: {name} {ended_text(r)}"]
     if st["count"]:
         timing = "device-timed" if st.get("device_timed") else "host-timed"
         timed = st.get("timed")
@@ -121,11 +181,11 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
             timing += f", from {timed:,} timed"  # a fast loop's counting stretches (docs/REPORT.md)
         lines.append(
             f"ctmon: {st['count']} steps ({st['source']}): p50 {fmt_ms(st['p50_ms'])}, "
-            f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing})"
+            f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing}){_one_rank(r)}"
         )
     if r.get("generation"):
         lines.append(f"ctmon: {generation_text(r['generation'])}")
-    lines.append(f"ctmon: {_counts(c)}, {fmt_s(c['total_time_s'])} compiling")
+    lines.append(f"ctmon: {_counts(c)}, {fmt_s(c['total_time_s'])} compiling{_all_ranks(r)}")
     fx, aot = cache.get("fx_graph", {}), cache.get("aot_autograd", {})
     if any(fx.values()) or any(aot.values()):
         lines.append(
@@ -160,10 +220,8 @@ def full_text(r: dict[str, Any]) -> str:
     add = out.append
     name = " ".join(r.get("command") or []) or "job"
     add(f"ctmon report — {name}")
-    add(
-        f"  {exit_text(r)[:1].upper()}{exit_text(r)[1:]}"
-        + (f" after {fmt_s(r['duration_s'])}" if r.get("duration_s") is not None else "")
-    )
+    ended = ended_text(r)
+    add(f"  {ended[:1].upper()}{ended[1:]}")
     env = ", ".join(
         x
         for x in (
@@ -206,6 +264,11 @@ def full_text(r: dict[str, Any]) -> str:
             f"  {st['count']} steps from {st['source']}"
             + (" (device-timed with CUDA events)" if st.get("device_timed") else "")
         )
+        if st.get("numbers"):
+            add(f"  {numbering_text(st)}")
+        first = first_step_text(st)
+        if first:
+            add(f"  {first}")
         add(
             f"  p50 {fmt_ms(st['p50_ms'])}  p90 {fmt_ms(st['p90_ms'])}  p99 {fmt_ms(st['p99_ms'])}  "
             f"mean {fmt_ms(st['mean_ms'])}  max {fmt_ms(st['max_ms'])}"
@@ -233,9 +296,9 @@ def full_text(r: dict[str, Any]) -> str:
             add(f"  {line}")
     c = r["compile"]
     add("")
-    add("Compilation")
-    limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") else ""
-    add(f"  {_counts(c)}{limit}, {plural(c['failures'], 'failure')}")
+    add(f"Compilation{_all_ranks(r, ' (', ')')}")
+    limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") and not c["limit_hits"] else ""
+    add(f"  {_counts(c, limit=True)}{limit}, {plural(c['failures'], 'failure')}")
     add(
         f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
         f"{fmt_s(c['backward_time_s'])} backward graphs)"
@@ -277,9 +340,10 @@ def full_text(r: dict[str, Any]) -> str:
         add("Frames")
         for f in frames:
             flag = "  LIMIT HIT, runs eager" if f["limit_hit"] else ""
+            counts = compile_counts_text(f["compiles"], f["recompiles"], _refused(r, f))
             add(
-                f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {plural(f['compiles'], 'compile')}, "
-                f"{plural(f['recompiles'], 'recompile')}, {fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
+                f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {counts}, "
+                f"{fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
             frt = f.get("runtime") or {}
             if frt.get("calls") is not None:
@@ -350,6 +414,16 @@ def full_text(r: dict[str, Any]) -> str:
 NOTES_SHOWN = 20
 
 
+def _refused(r: dict[str, Any], frame: dict[str, Any]) -> int:
+    """The frame's attempts the recompile limit refused (the report lists
+    the first 1,000 compiles; past them, a frame that hit the limit had one)."""
+    if not frame.get("limit_hit"):
+        return 0
+    fid = frame.get("frame_id")
+    n = sum(1 for c in r.get("compiles") or [] if c.get("frame_id") == fid and is_limit_hit(None, c.get("failed")))
+    return n or 1
+
+
 def warning_notes(r: dict[str, Any]) -> list[dict[str, Any]]:
     """What ctmon or the agent warned about during the run (a rank that exec'd
     away, events lost, a hook disabled): the notes a reader must see. Not
@@ -360,6 +434,18 @@ def warning_notes(r: dict[str, Any]) -> list[dict[str, Any]]:
         for n in r.get("notes") or []
         if n.get("level") in ("warning", "error") and n.get("message") and n.get("source") != "dynamo"
     ]
+
+
+def _all_ranks(r: dict[str, Any], before: str = ", ", after: str = "") -> str:
+    """The scope of a job-wide total in a job of several ranks."""
+    ranks = r.get("ranks") or []
+    return f"{before}summed over {len(ranks)} ranks{after}" if len(ranks) >= 2 else ""
+
+
+def _one_rank(r: dict[str, Any]) -> str:
+    """The scope of a figure read from the primary rank's store."""
+    ranks = r.get("ranks") or []
+    return f", on rank {_primary(ranks)}" if len(ranks) >= 2 else ""
 
 
 def _primary(ranks: list[dict[str, Any]]) -> str:
@@ -383,7 +469,7 @@ def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
         out.append(
             f"rank {x['rank']}"
             + (f" ({who})" if who else "")
-            + f": {steps}; {plural(c['compiles'], 'compile')}, {plural(c['recompiles'], 'recompile')}, "
+            + f": {steps}; {compile_counts_text(c['compiles'], c['recompiles'], c.get('limit_hits') or 0)}, "
             f"{plural(c['graph_breaks'], 'break')}; "
             f"FX cache {fx.get('hit', 0)} hit / {fx.get('miss', 0)} miss"
             + (

@@ -113,18 +113,36 @@ def is_torch_trace(path: str) -> bool:
     return _GLOG.match(head.decode("utf-8", "replace").rstrip("\n")) is not None
 
 
+OUTPUT_LOG_SUFFIX = ".output.log"  # the job's output beside a ctmon recording (launch/runtime.py)
+
+
+def _not_a_trace(path: str, recordings: list[str]) -> str:
+    """What a directory without PyTorch's trace logs is, and what to name instead."""
+    if not recordings:
+        return f"{path} is a directory, not a recording (nor PyTorch's trace: no TORCH_TRACE *.log files in it)"
+    from ctmon.report.bench import MODES
+
+    what = "a directory of ctmon recordings"
+    if any(n.split(".", 1)[0] in (*MODES, "try") for n in recordings):  # "try": bench --try's run
+        what = "a 'ctmon bench' directory (one recording per run)"
+        recordings = sorted(recordings, key=lambda n: n.split(".", 1)[0] != "default")  # the default mode's first
+    shown = ", ".join(recordings[:6]) + (f", … {len(recordings) - 6} more" if len(recordings) > 6 else "")
+    return (
+        f"{path} is {what}, not one recording nor PyTorch's trace: "
+        f"name one of its recordings, e.g. {os.path.join(path, recordings[0])} ({shown})"
+    )
+
+
 def trace_files(paths: list[str]) -> list[str]:
     """The log files named, and those inside each directory named."""
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            found = sorted(
-                os.path.join(p, n) for n in os.listdir(p) if n.endswith(".log") and os.path.isfile(os.path.join(p, n))
-            )
+            names = sorted(n for n in os.listdir(p) if os.path.isfile(os.path.join(p, n)))
+            # X.output.log beside X.jsonl is a ctmon run's own output, never PyTorch's trace
+            found = [os.path.join(p, n) for n in names if n.endswith(".log") and not n.endswith(OUTPUT_LOG_SUFFIX)]
             if not found:
-                raise RecordingError(
-                    f"{p} is a directory, not a recording (nor PyTorch's trace: no TORCH_TRACE *.log files in it)"
-                )
+                raise RecordingError(_not_a_trace(p, [n for n in names if n.endswith(".jsonl")]))
             out += found
         else:
             out.append(p)
@@ -164,7 +182,7 @@ def _stream(paths: list[str], stats: TraceStats) -> Iterator[Pair]:
             "v": protocol.PROTOCOL_VERSION,
             "id": os.path.basename(os.path.normpath(paths[0])),
             "mode": "torch_trace",
-            "command": ["TORCH_TRACE", *[os.path.abspath(p) for p in paths]],
+            "command": ["TORCH_TRACE", *paths],  # as the user named them, as a recording's command is
             "synthetic": "torch_trace",
         }
     )

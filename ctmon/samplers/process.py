@@ -44,6 +44,8 @@ class ProcessSampler:
         for pid, p in procs.items():
             try:
                 with p.oneshot():
+                    if p.status() == ps.STATUS_ZOMBIE:
+                        continue  # dead, not yet reaped: it reads 0 B, which it never had alive
                     # cached Process objects keep the previous CPU times; a
                     # newly seen process returns 0.0 here and counts next time
                     c = p.cpu_percent(None)
@@ -58,11 +60,15 @@ class ProcessSampler:
                 rss = mem
                 threads = n
         self._procs = alive
-        out["cpu_percent"] = round(cpu, 1)
-        out["rss"] = rss
-        out["tree_rss"] = tree_rss
-        out["threads"] = threads
         out["procs"] = len(alive)
+        if alive:
+            out["cpu_percent"] = round(cpu, 1)
+            out["tree_rss"] = tree_rss
+        if root.pid in alive:
+            out["rss"] = rss
+            out["threads"] = threads
+        # else the job's process is gone: no figure of it, rather than a
+        # 0 B a viewer would show as its last (the store keeps the last live one)
         try:
             vm = ps.virtual_memory()
             out["sys_cpu_percent"] = ps.cpu_percent(None)

@@ -143,7 +143,9 @@ class CompileRecord:
 
     @property
     def is_recompile(self) -> bool:
-        return bool(self.recompile_reason)
+        # a refused attempt is a recompile's, with or without its reason
+        # (the limit counts a code object's compiled versions)
+        return bool(self.recompile_reason) or self.limit_hit
 
     @property
     def span(self) -> tuple[float, float]:
@@ -485,6 +487,17 @@ class CompileState:
             theirs = dict(other)
             out = {k: v for k, v in out.items() if k in theirs and _same_value(theirs[k], v)}
         return out
+
+    @property
+    def compiled_count(self) -> int:
+        """Attempts that compiled: ``compile_count`` less the recompile
+        limit's refusals (said apart: "8 compiles, 7 recompiles + 1 refused")."""
+        return self.compile_count - self.limit_hits
+
+    @property
+    def recompiled_count(self) -> int:
+        """Recompiles that compiled (every refusal is a recompile's)."""
+        return max(0, self.recompile_count - self.limit_hits)
 
     def frames_sorted(self) -> list[Frame]:
         return sorted(self.frames.values(), key=lambda f: (-len(f.compiles), str(f.frame_id)))

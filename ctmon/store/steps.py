@@ -31,6 +31,31 @@ from ctmon.wire import protocol
 
 NAN = float("nan")
 MAX_DELTA_NS = 1 << 62  # ~146 years: anything larger is not a step interval
+MAX_NUMBERS = 1000  # the job's own step numbers kept per source (the agent sends one where they jump)
+
+# Step numbers: what the user's own log calls each step. Boundary k (0-based)
+# of an ``optimizer`` or ``api`` series ends a step: the optimizer stepped,
+# or the job called ctmon.step(), after the step's work; a
+# ``compiled_call`` boundary begins one (the call's start). So the interval
+# that ends at boundary k is the step ctmon counts as k + 1, or k, from 1,
+# unless the job numbers its steps itself: its optimizer's step count (a
+# resumed run's starts at the checkpoint's) or ctmon.step(n), which the
+# agent sends as a ``step_number`` event (boundary i is the job's step n).
+STARTS_A_STEP = frozenset({"compiled_call"})
+
+
+def step_number(source: str, k: int, numbers: Sequence[tuple[int, int]] = ()) -> int:
+    """The number of the step whose interval ends at boundary ``k`` of a
+    ``source`` series: the job's own from the last of ``numbers`` ((boundary,
+    the job's number), in boundary order) at or before ``k``, else ctmon's count from 1."""
+    if numbers:
+        j = bisect_right(numbers, (k, 1 << 62)) - 1
+        if j >= 0:
+            i, n = numbers[j]
+            return n + (k - i)
+    return k if source in STARTS_A_STEP else k + 1
+
+
 _F32 = struct.Struct("<f")
 
 
@@ -60,9 +85,57 @@ class StepSeries:
         self._above_next = 1
         self._retimed_from = 1 << 62
         self._stats_cache: tuple[tuple[int, int], StepStats] | None = None
+        # (boundary, the job's number of the step it ends), in boundary order (see step_number)
+        self.numbers: list[tuple[int, int]] = []
+        # When the first step began, where a lower-ranked series (a compiled
+        # model's calls) saw it start before this one's first boundary ended it
+        self.start_t: float | None = None
 
     def __len__(self) -> int:
         return len(self.ns)
+
+    # ---- step numbers
+
+    def number(self, k: int) -> int:
+        """The number of the step whose interval ends at boundary ``k``: the
+        job's own where it numbers them, else ctmon's count from 1."""
+        return step_number(self.source, k, self.numbers)
+
+    def first_number(self) -> int:
+        """The first step's number (1 where ctmon counts)."""
+        return self.number(0) + (1 if self.source in STARTS_A_STEP else 0)
+
+    def last_number(self) -> int:
+        """The last step's number: the one the last boundary ends, or (a
+        compiled model's calls) the one it begins. ctmon's count is ``len``."""
+        if not len(self.ns):
+            return 0
+        k = len(self.ns) - 1
+        return self.number(k) + (1 if self.source in STARTS_A_STEP else 0)
+
+    @property
+    def numbered_by_job(self) -> bool:
+        return bool(self.numbers)
+
+    def add_number(self, i: int, n: int) -> None:
+        """Boundary ``i`` ends the job's step ``n`` (a ``step_number`` event)."""
+        if i < 0 or len(self.numbers) >= MAX_NUMBERS or (i, n) in self.numbers:
+            return
+        self.numbers.append((i, n))
+        self.numbers.sort()
+
+    def first_step_ms(self) -> float | None:
+        """The first step's time where its start is known: a compiled
+        model's calls begin steps (their first interval is the first step's),
+        and a series that ends them (an optimizer's) knows its first step's
+        start where a compiled call began it (``start_t``)."""
+        if self.source in STARTS_A_STEP:
+            v = self.interval_ms(1) if len(self.ns) > 1 else NAN
+            return v if v == v else None
+        if self.start_t is None or not len(self.ns):
+            return None
+        ms = (self.times[0] - self.start_t) * 1000
+        return f32(ms) if ms > 0 else None
 
     # ---- folding
 
@@ -343,6 +416,22 @@ class StepSeries:
         return marked
 
 
+def _first_start(s: StepSeries) -> float | None:
+    """When the first step began, as a series replaced by a higher-ranked
+    one saw it: known where one compiled call came before the first step
+    ended (the loop's first forward). After several (a warm-up before the
+    loop, or gradient accumulation's micro-batches) the step's start is
+    not known. A series that ends steps passes on what it was told, where
+    its one boundary ended the same first step."""
+    if len(s.ns) != 1:
+        return None
+    return s.times[0] if s.source in STARTS_A_STEP else s.start_t
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
 class SeriesMark:
     """A step series at one moment (see ``StepSeries.mark``)."""
 
@@ -353,6 +442,8 @@ class SeriesMark:
         self.windows = len(series.windows)
         self.last_t = series._last_t
         self.pending = list(series._pending_windows)
+        self.numbers = list(series.numbers)
+        self.start_t = series.start_t
 
     def __deepcopy__(self, memo: dict[int, Any]) -> StepSeries:
         live, n, nb = self.series, self.n, self.batches
@@ -361,6 +452,7 @@ class SeriesMark:
         out.starts, out.t0s, out.maxes = live.starts[:nb], live.t0s[:nb], live.maxes[:nb]
         out._last_t = self.last_t
         out._pending_windows = list(self.pending)
+        out.numbers, out.start_t = list(self.numbers), self.start_t
         out.windows = live.windows[: self.windows]
         out.device_windows = len(out.windows)
         if out.windows:
@@ -381,19 +473,42 @@ class StepClock:
     def __init__(self) -> None:
         self.series: dict[str, StepSeries] = {}
         self.current: StepSeries | None = None
+        # step numbers of a source whose boundaries have not come yet (they
+        # travel apart: the numbers on the agent's socket, the boundaries by the ring)
+        self._numbers: dict[str, list[tuple[int, int]]] = {}
 
     def _get(self, src: str) -> StepSeries:
         s = self.series.get(src)
         if s is None:
             s = self.series[src] = StepSeries(src)
+            for i, n in self._numbers.pop(src, ()):
+                s.add_number(i, n)
             cur = self.current
             if cur is None or protocol.STEP_RANK.get(src, -1) >= protocol.STEP_RANK.get(cur.source, -1):
                 self.current = s
                 # lower-ranked series are no longer needed
                 for name in list(self.series):
                     if protocol.STEP_RANK.get(name, -1) < protocol.STEP_RANK.get(src, -1):
-                        del self.series[name]
+                        s.start_t = _earliest(s.start_t, _first_start(self.series.pop(name)))
         return s
+
+    def on_number(self, ev: E.StepNumber) -> bool:
+        """The job's own number of one step (see step_number)."""
+        if ev.i < 0:
+            return False
+        s = self.series.get(ev.src)
+        if s is not None:
+            s.add_number(ev.i, ev.n)
+            return True
+        cur = self.current
+        if ev.src not in protocol.STEP_RANK or (
+            cur is not None and protocol.STEP_RANK[ev.src] < protocol.STEP_RANK.get(cur.source, -1)
+        ):
+            return False  # a source the clock has left behind
+        kept = self._numbers.setdefault(ev.src, [])
+        if len(kept) < MAX_NUMBERS:
+            kept.append((ev.i, ev.n))
+        return True
 
     def on_steps(self, ev: E.Steps) -> bool:
         src = ev.src
