@@ -24,6 +24,8 @@ FINDINGS = os.path.join(WORKLOADS, "findings")
 FAKES = os.path.join(ROOT, "tests", "fakes")
 PARALLEL = max(1, min(2, os.cpu_count() or 1))
 
+pytestmark = pytest.mark.slow  # every test reads recordings of real jobs, made once per module
+
 
 def wl(name: str) -> str:
     return os.path.join(FINDINGS, name)
@@ -208,7 +210,8 @@ def guards(tmp_path_factory):
 @pytest.mark.parametrize(
     "frame,kind,name,severity,what,fix_words",
     [
-        ("featurize", "dtype", "x", "warning", "a tensor's dtype changed", ["x.to(torch.float32)"]),
+        # featurize(x) is called as featurize_c(raw): the fix names the caller's tensor
+        ("featurize", "dtype", "x", "warning", "a tensor's dtype changed", ["raw.to(torch.float32)"]),
         (
             "Net.forward",
             "module_attribute",
@@ -381,7 +384,8 @@ def test_a_cold_private_cache_is_not_a_problem(caches):
 def test_misses_where_hits_were_expected(caches):
     r = caches["changed-config"]
     f = r.one("caches")
-    assert f["id"] == "cache:expected-hits" and f["severity"] == "warning"
+    # the same full misses as new code's first run in a shared directory: said, not warned
+    assert f["id"] == "cache:expected-hits" and f["severity"] == "info"
     d = caches["warm"].rep["cache"]["cache_dir"]
     assert re.fullmatch(
         rf"FX graph cache missed \d+×: none of the \d+ entries already in {re.escape(d)} matched "

@@ -30,6 +30,8 @@ from ctmon.store import Session
 from ctmon.store.findings import analyze
 from ctmon.wire.recording import read_recording
 
+pytestmark = pytest.mark.slow  # Hugging Face models under ctmon record
+
 GPT2 = os.path.join(WORKLOADS, "findings", "hf_gpt2.py")
 EMPTY = os.path.join(WORKLOADS, "findings", "empty_graph.py")
 NOT_CALLED = os.path.join(WORKLOADS, "findings", "compiled_not_called.py")
@@ -96,7 +98,8 @@ def test_one_sequence_length_change_is_one_finding_naming_the_frames(runs):
     assert f"{r.rep['compile']['recompiles']} recompiles" in f["detail"]
     assert any("tensor 'labels' size mismatch at index 1. expected 16, actual 24" in e for e in f["evidence"])
     assert f["evidence"][-1].startswith(f"in all: {r.rep['compile']['recompiles']} recompiles of ")
-    assert "torch._dynamo.mark_dynamic(input_ids, 1)" in f["fix"]
+    # the user's line passes input_ids=ids: the fix names ids (input_ids is the model's name for it)
+    assert "torch._dynamo.mark_dynamic(ids, 1)" in f["fix"] and "`ids` (passed as `kwargs['input_ids']`)" in f["fix"]
 
 
 def test_a_job_that_fails_in_its_first_step_says_so(runs):

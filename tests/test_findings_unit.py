@@ -550,7 +550,7 @@ def test_shape_fix_for_a_positional_argument_of_a_module():
     r.compile(0, "Sequential", reason="0/1: tensor 'args[0]' size mismatch at index 0. expected 20, actual 24")
     f = by_id(r.steps(2).findings())["shape-recompiles:0:args[0]:0"]
     assert f.title == "Sequential recompiled 2× because dim 0 of tensor 'args[0]' changed (sizes 32, 20, 24)"
-    assert "the tensor passed as args[0]" in f.fix and "torch._dynamo.mark_dynamic(x, 0)" in f.fix
+    assert "the tensor passed as `args[0]`" in f.fix and "torch._dynamo.mark_dynamic(x, 0) (`x` stands for it" in f.fix
 
 
 def test_shape_outside_a_marked_range():
@@ -1018,7 +1018,7 @@ def test_expected_hits_in_a_chosen_cache_dir():
     r.steps(1).compile(0, "forward", inductor_compile_time_s=0.5, inductor_fx_local_cache_miss_count=1)
     r.cache("aot_autograd", "miss").cache("fx_graph", "miss").cache("fx_graph", "miss")
     f = by_id(r.steps(3).findings())["cache:expected-hits"]
-    assert f.severity == "warning" and (f.file, f.line) == (F, 3)
+    assert f.severity == "info" and (f.file, f.line) == (F, 3)  # a chosen directory is often a shared one
     # the entries are the directory's: the finding does not claim they were this job's
     assert f.title == "FX graph cache missed 2×: none of the 2 entries already in /work/cache matched this run's graphs"
     assert "other models'" in f.detail and "a TORCHINDUCTOR_CACHE_DIR of its own" in f.fix
@@ -1125,14 +1125,14 @@ def test_late_compile_and_its_spike():
     fs = by_id(late_run().findings())
     late = fs["late-compiles"]
     assert late.severity == "warning" and late.title == (
-        "1 compile in steady state (after step 12 of 60), the first at step 45 (Sequential)"
+        "1 compile in steady state (after step 13 of 60), the first at step 46 (Sequential)"
     )
     assert (late.file, late.line) == (F, 28)
-    assert "0/1 Sequential near step 45, 0.29 s: 0/0: tensor 'args[0]' size mismatch" in late.evidence[0]
+    assert "0/1 Sequential near step 46, 0.29 s: 0/0: tensor 'args[0]' size mismatch" in late.evidence[0]
     assert "Warm up every input shape" in late.fix and "drop_last=True" in late.fix
     spike = fs["spikes:compile"]
     assert spike.severity == "warning" and spike.line == 28
-    assert spike.evidence[0].startswith("step 45: 29") and "(compile: 0/1 Sequential 0.29 s)" in spike.evidence[0]
+    assert spike.evidence[0].startswith("step 46: 29") and "(compile: 0/1 Sequential 0.29 s)" in spike.evidence[0]
 
 
 def test_warmup_compiles_are_not_late():
@@ -1147,10 +1147,39 @@ def test_short_runs_have_no_steady_state():
     assert "late-compiles" not in by_id(late_run(late_at=15, steps=19).findings())
 
 
+def test_the_step_that_begins_a_generate_call_is_its_prompt_not_a_stall():
+    """Steps counted at compiled decode calls: the step running into each
+    generate() call's first decode call spans that call's eager prefill
+    (H200: 14-16 ms against 2.2 ms tokens). Said as such, not as a stall."""
+    r = Run().compile(0, dur=0.5).steps(1, src="compiled_call")
+    slow = {k: 15.0 for k in (23, 46)} | {30: 40.0}  # two calls' first tokens, and one real stall
+    r.steps(68, 2.0, src="compiled_call", slow=slow)
+    for i0, i1 in ((0, 22), (23, 45), (46, 68)):
+        r.events.append(
+            {
+                "kind": "generation",
+                "t": r.t,
+                "src": "compiled_call",
+                "prefill_calls": 0,
+                "decode_calls": i1 - i0 + 1,
+                "i0": i0,
+                "i1": i1,
+            }
+        )
+    fs = by_id(r.findings())
+    prompt = fs["spikes:generate-prompt"]
+    assert prompt.severity == "info" and prompt.title.startswith("2 slow step(s) began a generate() call")
+    # a compiled call's step is numbered by the call it starts from (the last token of the call before)
+    assert sorted(prompt.evidence) == ["step 23: 15.0 ms", "step 46: 15.0 ms"]
+    assert fs["spikes:other"].evidence == ["step 30: 40.0 ms"]  # a stall inside a call is still one
+
+
 def test_spikes_not_explained_by_compiles():
     r = Run().compile(0, dur=0.5).steps(1).steps(30, 10.0, slow={20: 200.0})
     f = by_id(r.findings())["spikes:other"]
-    assert f.severity == "info" and f.evidence == ["step 20: 200.0 ms"]
+    assert f.severity == "info" and f.evidence == [
+        "step 21: 200.0 ms"
+    ]  # the interval at boundary 20 ends the user's step 21
 
 
 CPU_SKIP = (
@@ -1288,7 +1317,9 @@ def test_order_severity_then_cost():
     sev = [SEVERITY_RANK[f.severity] for f in fs]
     assert sev == sorted(sev, reverse=True)
     warnings = [f.rule for f in fs if f.severity == "warning"]
-    assert warnings.index("guard-recompiles") < warnings.index("graph-breaks") < warnings.index("caches")
+    assert warnings.index("guard-recompiles") < warnings.index("graph-breaks")
+    # a miss in a cache dir holding other graphs' entries is told, not warned: after every warning
+    assert [f.severity for f in fs if f.rule == "caches"] == ["info"]
 
 
 def test_ids_are_stable_and_dicts_complete():

@@ -255,8 +255,19 @@ TEMPLATES: dict[str, dict] = {
     "cache": {"compile_id": "0/0", "cache": "fx_graph", "result": "hit", "reason": "r", "time_saved_s": 1.0},
     "autotune": {"compile_id": "0/0", "kernels": [{"name": "k", "autotune_cache_state": "hit"}]},
     "cudagraph": {"reason": "skipping"},
+    "cudagraph_tree": {
+        "event": "record",
+        "compile_id": "0/0",
+        "graph": "forward",
+        "function_id": 1,
+        "dur_s": 0.01,
+        "shapes": [[8, 64]],
+        "ints": [8],
+        "replays": 3,
+    },
     "steps": {"src": "optimizer", "i0": 0, "ns": [0, 1_000_000, 2_000_000]},
     "device_time": {"src": "optimizer", "i0": 0, "i1": 2, "ms": 1.0},
+    "step_number": {"src": "optimizer", "i": 0, "n": 1001},
     "generation": {
         "src": "optimizer",
         "prefill_calls": 1,
@@ -441,6 +452,7 @@ NON_FINITE = [
 @example(HUGE_T)
 @example(SITES_OF_MIXED_TYPES)
 @given(event_lists)
+@pytest.mark.slow
 def test_session_apply_and_report_never_raise(evs):
     _apply_and_report(evs)
 
@@ -448,6 +460,7 @@ def test_session_apply_and_report_never_raise(evs):
 @settings(max_examples=150, **HEAVY)
 @example(HUGE_T)
 @given(event_lists)
+@pytest.mark.slow
 def test_session_survives_the_wire(evs):
     """What a recording can hold: events after an encode/decode round trip."""
     wire = []
@@ -462,6 +475,7 @@ def test_session_survives_the_wire(evs):
 @settings(max_examples=150, **HEAVY)
 @example(NON_FINITE)
 @given(event_lists)
+@pytest.mark.slow
 def test_report_is_strict_json(evs):
     s = Session()
     for ev in evs:
@@ -478,6 +492,7 @@ def test_report_is_strict_json(evs):
 
 @settings(max_examples=150, **HEAVY)
 @given(event_lists)
+@pytest.mark.slow
 def test_store_invariants(evs):
     s = Session()
     for ev in evs:
@@ -555,6 +570,7 @@ def recordings(draw) -> bytes:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600) | recordings())
+@pytest.mark.slow
 def test_read_recording_only_raises_recording_error(data):
     path = os.path.join(_TMP, "r.jsonl")
     with open(path, "wb") as f:
@@ -571,6 +587,7 @@ def test_read_recording_only_raises_recording_error(data):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recordings())
+@pytest.mark.slow
 def test_iter_stream_never_raises(data):
     import io
 
@@ -582,6 +599,7 @@ def test_iter_stream_never_raises(data):
 @settings(max_examples=120, **HEAVY)
 @example(encode({"kind": "session", "t": 1.0, "v": 1}) + b'{"kind":"exit","t":1' + b"0" * 400 + b',"code":0}\n')
 @given(recordings())
+@pytest.mark.slow
 def test_report_of_any_recording_never_raises(data):
     """The path of ``ctmon report FILE``: read, fold, build, render."""
     path = os.path.join(_TMP, "rep.jsonl")

@@ -44,6 +44,7 @@ def job(tmp_path_factory):
     return types.SimpleNamespace(run=run, rep=run.report())
 
 
+@pytest.mark.slow
 def test_every_rank_counts_what_its_own_trace_file_says(job):
     ranks = job.rep["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -68,6 +69,7 @@ def test_every_rank_counts_what_its_own_trace_file_says(job):
     assert job.rep["exit_code"] == 0  # the launcher's
 
 
+@pytest.mark.slow
 def test_the_same_runs_torch_trace_reads_as_its_recording_per_rank(job):
     """PyTorch's own trace of this very run, read by ``ctmon report DIR``
     (tests/test_torch_trace_input.py): per rank, what the live recording says."""
@@ -85,6 +87,7 @@ def test_the_same_runs_torch_trace_reads_as_its_recording_per_rank(job):
     assert [f["rule"] for f in traced["findings"] if f["rule"] == "rank-divergence"] == ["rank-divergence"]
 
 
+@pytest.mark.slow
 def test_the_launcher_and_dataloader_workers_are_not_ranks(job):
     ranks = job.rep["ranks"]
     pids = {r["pid"] for r in ranks}
@@ -97,12 +100,14 @@ def test_the_launcher_and_dataloader_workers_are_not_ranks(job):
     assert sorted(h.rank for h in hellos if h.rank is not None) == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_recompile_on_one_rank_is_a_critical_finding_naming_it(job):
     (f,) = [f for f in job.rep["findings"] if f["rule"] == "rank-divergence"]
     assert f["severity"] == "critical" and job.rep["findings"][0] == f
     assert f["title"] == "Ranks compiled Sequential differently: 2× on rank 1; 1× on rank 0"
     assert f["file"] == SCRIPT
-    assert f["evidence"][0].startswith("rank 1: 2 compile(s), 1 recompile(s) — 0/1 at step 3: ")
+    # the loop's 0-based `step == 3` is the optimizer's 4th step: steps are numbered as the optimizer counts them
+    assert f["evidence"][0].startswith("rank 1: 2 compile(s), 1 recompile(s) — 0/1 at step 4: ")
     assert "expected 8, actual 5" in f["evidence"][0]
     assert f["evidence"][1] == "rank 0: 1 compile(s), 0 recompile(s)"
     assert "drop_last=True" in f["fix"] and "collective" in f["detail"]
@@ -121,6 +126,7 @@ async def _until(pilot: Any, app: Any, *texts: str, tries: int = 300) -> str:
     return shown
 
 
+@pytest.mark.slow
 def test_the_screen_lists_the_ranks_and_shows_one_when_chosen(job):
     import asyncio
 
@@ -351,6 +357,7 @@ def test_a_rank_compiling_its_backward_graph_is_compiling_not_stalled():
     assert rep.session.compile.phases.seconds == {"backward": pytest.approx(17.9)}
 
 
+@pytest.mark.slow
 def test_sixty_four_ranks_fit_an_80_by_24_terminal():
     import asyncio
 
@@ -404,6 +411,7 @@ def test_each_ranks_gpu_memory_is_its_own_processes():
     assert [r["gpu_mem_peak_bytes"] for r in rep["ranks"]] == [2 << 30, (3 << 30) + (1 << 20)]
 
 
+@pytest.mark.slow
 def test_a_killed_rank_is_named_with_its_signal_and_the_launchers_exit_is_ctmons(tmp_path):
     launcher = ["--", "torchrun", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
     run = record(tmp_path, [*launcher, "--master_port", str(free_port()), SCRIPT, "--die"], torch_trace=False)
@@ -501,6 +509,7 @@ Root Cause (first observed failure):
     assert "never reached the collective" in f.fix
 
 
+@pytest.mark.slow
 def test_a_launcher_that_runs_no_python_says_nothing_could_be_seen(tmp_path):
     run = record(tmp_path, ["--", "bash", "-c", "echo started; exit 3"], torch_trace=False)
     assert run.returncode == 3 and "started" in run.proc.stdout
@@ -520,6 +529,7 @@ def _faulty_job(tmp_path: Any, flag: str) -> Any:
     return record(tmp_path, [*launcher, "--master_port", str(free_port()), FAULTS, flag], torch_trace=False)
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_at_import_is_named_with_its_exception_and_line(tmp_path):
     run = _faulty_job(tmp_path, "--import-error")
     assert run.returncode == 1
@@ -537,6 +547,7 @@ def test_a_rank_that_dies_at_import_is_named_with_its_exception_and_line(tmp_pat
     assert {r["rank"]: r["exit_code"] for r in rep["ranks"]}[1] == 1
 
 
+@pytest.mark.slow
 def test_a_rank_that_execs_a_program_that_is_not_python_gets_a_note(tmp_path):
     run = _faulty_job(tmp_path, "--exec")
     assert run.returncode == 0 and "rank 1 now a shell" in run.proc.stdout

@@ -40,6 +40,10 @@ FLUSH_INTERVAL_S = 0.25
 # own: the thread wakes half as often there.
 COUNTING_STRIDE = 2.0
 EVENT_QUEUE_MAX = 100_000  # compile-time records; reaching it means a stall
+# How long the job's fork waits for a flush under way to end (see
+# before_fork): a flush takes µs, an import in it ms; only a monitor that
+# has stopped reading makes a fork wait this long, and only once.
+FORK_WAIT_S = 1.0
 SEND_CHUNK = 1 << 16
 
 
@@ -61,7 +65,9 @@ class Channel:
         self.convert: Callable[[tuple[Any, ...]], list[protocol.Event]] = lambda r: []
         self.periodic: Callable[[], list[protocol.Event]] = lambda: []
         self._reported_drops = 0
-        self._lock = threading.Lock()  # serialises flushes (sender vs atexit)
+        self._lock = threading.Lock()  # serialises flushes (sender vs atexit); held across the job's forks
+        self._held_for_fork = False
+        self._fork_wait_s = FORK_WAIT_S
         self.rank: int | None = None  # stamped on every event: this process is that rank
         # While set, records are kept, not sent: called before each flush, it
         # returns True until the process knows it is a rank and has connected
@@ -74,6 +80,11 @@ class Channel:
         # Whether the step clock counts a host-bound loop's steps now (then
         # the waits are COUNTING_STRIDE times as long); any thread may ask.
         self.counting: Callable[[], bool] = lambda: False
+        # Set in a forked child that keeps what it sees but has no sender
+        # thread yet (ctmon/agent/core.py: Agent.after_fork_in_child): run
+        # once, at its first urgent record (a compile), to start one. A
+        # child that never compiles (a DataLoader worker) never gets a thread.
+        self.dormant: Callable[[], None] | None = None
 
     # ---- called on the job's threads: must stay O(1) and never raise ----
 
@@ -85,7 +96,17 @@ class Channel:
             return
         self.records.append(record)
         if urgent:
+            if self.dormant is not None:
+                self._wake_dormant()
             self._wake.set()
+
+    def _wake_dormant(self) -> None:
+        wake, self.dormant = self.dormant, None
+        if wake is not None:
+            try:
+                wake()
+            except Exception:  # no sender: the records stay kept, unsent
+                pass
 
     def put_last(self, record: tuple[Any, ...]) -> None:
         """A record of ctmon's own for the last flush (the final hotness
@@ -125,14 +146,49 @@ class Channel:
             except OSError:
                 pass
 
+    def before_fork(self) -> None:
+        """The job forks (in the parent, on the forking thread): let a flush
+        under way end first, and start no other until the fork is done. A
+        flush may import a module (the torch event's, once) and a module's
+        import lock held by this thread at the fork stays held in the child
+        for good: the child's own import of it would hang. Bounded: a
+        flush blocked that long is blocked on a monitor that stopped
+        reading (it imports nothing then), and later forks do not wait."""
+        try:
+            wait = self._fork_wait_s
+            self._held_for_fork = self._lock.acquire(timeout=wait) if wait > 0 else self._lock.acquire(False)
+            if not self._held_for_fork:
+                self._fork_wait_s = 0.0
+        except Exception:
+            self._held_for_fork = False
+
+    def after_fork_in_parent(self) -> None:
+        if self._held_for_fork:
+            self._held_for_fork = False
+            self._lock.release()
+
     def after_fork_in_child(self) -> None:
-        """A forked child (DataLoader worker, ...) must stay silent.
+        """A forked child (DataLoader worker, ...) starts silent.
 
         It shares the parent's socket; writing to it would interleave bytes
         with the parent's stream, so the child drops its copy of the fd.
+        Only the thread that forked lives on in the child: the sender
+        thread is gone, and a lock or event it held at the fork would stay
+        held for good, so both are new. The parent's queued records are
+        the parent's to send. The agent may then make the channel dormant
+        (core.py), with a connection of the child's own later.
         """
         self.disabled = True
         self.records.clear()
+        self.pid = os.getpid()
+        self._thread = None
+        self._stop = False
+        self._lock = threading.Lock()
+        self._held_for_fork = False
+        self._wake = threading.Event()
+        self.hold = self.tick = self.dormant = None
+        self.rank = None
+        self.event_drops = self._reported_drops = self.sent_lines = 0
         sock, self._sock = self._sock, None
         if sock is not None:
             try:

@@ -11,14 +11,16 @@ import errno
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
 from ctmon import _api
-from ctmon.agent.channel import Channel
+from ctmon.agent.channel import Channel, connect
 from ctmon.agent.generation import GenerationWatch
 from ctmon.agent.rank_info import RankInfo, initialised_rank, launched_rank
 from ctmon.agent.steps import StepClock, StepRelay
+from ctmon.agent.trace import CAPTURE_SOURCE
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.agent.uncaught import uncaught_event
 from ctmon.wire import protocol
@@ -26,6 +28,10 @@ from ctmon.wire.ring import DEFAULT_CAPACITY, StepRing
 
 ENV_SOCKET = "CTMON_AGENT_SOCKET"
 ENV_SESSION = "CTMON_SESSION"
+ENV_SESSION_DIR = "CTMON_SESSION_DIR"
+# How long a process that is no rank waits, at its exit, to tell the monitor
+# what it compiled unseen (its exit must not wait on a stuck monitor).
+UNSEEN_NOTE_TIMEOUT_S = 1.0
 
 
 class Agent:
@@ -46,6 +52,11 @@ class Agent:
         self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
         self._periodic_hooks: list[Any] = [self.clock.end_count]  # ends the clock's counting stretches
         self.final_hooks: list[Any] = []  # their events are sent at exit, whatever their pace
+        # A process that claims its connection once it is a rank (pending.py,
+        # or a forked child): where to connect, and whether it was forked.
+        self.socket_path: str | None = None
+        self.forked = False
+        self._closed = False
 
     # ---- records -> events (sender thread) ----
 
@@ -81,18 +92,112 @@ class Agent:
         # before the first step can be written into it.
         self.channel.send_now(self.hello(session_dir))
         self.channel.start()
-        os.register_at_fork(after_in_child=self.after_fork_in_child)
+        self.watch_forks()
         _api._step_impl = self.clock.api_step
         if self.channel.rank is None:
             # a process that becomes a rank only when it initialises a
             # process group (Lightning's first process) says so then
             self._periodic_hooks.append(self._rank_once_initialised)
 
+    def watch_forks(self) -> None:
+        ch = self.channel
+        os.register_at_fork(
+            before=ch.before_fork, after_in_parent=ch.after_fork_in_parent, after_in_child=self.after_fork_in_child
+        )
+
     def after_fork_in_child(self) -> None:
-        """A forked child (a DataLoader worker, ...) sends nothing and
-        writes no step: it shares the parent's socket and step ring."""
-        self.channel.after_fork_in_child()
+        """A forked child shares the parent's socket and step ring: it
+        writes to neither. It may still be a rank of its own (started by
+        ``start_processes(..., start_method="fork")`` or a fork-context
+        ``Process``, it calls ``init_process_group`` later): then it goes
+        dormant, keeping what it compiles, and claims its rank on a
+        connection of its own once its process group is up, as a spawned
+        child does (ctmon/agent/pending.py). Its sender thread starts only
+        at its first compile or step, so a child that does neither (a
+        DataLoader worker) runs none of ctmon's code after the fork."""
+        ch = self.channel
+        silent = ch.disabled
+        sampler = getattr(ch.tick, "__self__", None)  # the hotness sampler, if any
+        strings = [r for r in ch.records if r[0] == "trace" and r[1] == "str"]
+        in_parents_group = group_initialised()
+        ch.after_fork_in_child()
         self.clock.stop()
+        path = os.environ.get(ENV_SOCKET)
+        if silent or not path:
+            return
+        try:
+            for rec in strings:  # file names PyTorch interned in the parent: it will not send them again
+                self._convert(rec)
+            self._go_dormant(path, sampler, in_parents_group)
+        except Exception:  # the child runs on, silent
+            ch.hold = ch.dormant = None
+            ch.disabled = True
+            ch.records.clear()
+            self.clock.stop()
+
+    def _go_dormant(self, socket_path: str, sampler: Any, in_parents_group: bool) -> None:
+        self.forked = True
+        self.anchor_ns, self.anchor_wall = time.perf_counter_ns(), time.time()
+        # The parent's sampler, rank watch and step relay hold the parent's
+        # state: none of them runs here (a forked rank's hot regions are not
+        # sampled).
+        self._periodic_hooks = [h for h in self._periodic_hooks if not self._parents_hook(h, sampler)]
+        self.final_hooks = [h for h in self.final_hooks if getattr(h, "__self__", None) is not sampler]
+        self.clock.forked()
+        self.clock.each_second = self._woken_by_step
+        self.hold_until_ranked(socket_path, os.environ.get(ENV_SESSION_DIR), in_parents_group)
+        self.channel.dormant = self._wake
+        self.channel.disabled = False
+
+    def _parents_hook(self, hook: Any, sampler: Any) -> bool:
+        owner = getattr(hook, "__self__", None)
+        return hook == self._rank_once_initialised or owner is sampler or isinstance(owner, StepRelay)
+
+    def _woken_by_step(self, t: int, counting: bool) -> None:
+        self.clock.each_second = None
+        self.channel._wake_dormant()
+
+    def _wake(self) -> None:
+        """A dormant child's first compile or step: its sender thread, and
+        its goodbye at exit -- a multiprocessing child ends in ``os._exit``,
+        which runs no ``atexit`` handler, but threading's shutdown hooks
+        run before it."""
+        self.clock.each_second = None
+        self.channel.start()
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is not None:
+                register(self.close)
+        except RuntimeError:  # the interpreter is shutting down already
+            pass
+
+    def hold_until_ranked(self, socket_path: str, session_dir: str | None, in_parents_group: bool = False) -> None:
+        """Keep every record, unsent, until this process is a rank; then
+        connect, say hello as that rank (a fresh step ring, swapped in at
+        the next boundary) and send them. A child of a rank (its group
+        already up at the fork) never claims one: the rank is its parent's."""
+        self.socket_path = socket_path
+        ch = self.channel
+
+        def hold() -> bool:
+            rank = initialised_rank()
+            if rank is None or in_parents_group:
+                return True
+            ch.hold = None
+            sock = connect(socket_path)
+            if sock is None:  # the monitor is gone: stay quiet for good
+                ch.disabled = True
+                ch.records.clear()
+                return True
+            ch._sock = sock
+            ch.rank = rank.rank
+            hello = self.hello(session_dir, rank, later=True)
+            hello["rank"] = rank.rank
+            ch._send(protocol.encode(hello))
+            _api._step_impl = self.clock.api_step
+            return False
+
+        ch.hold = hold
 
     def hello(self, session_dir: str | None, rank: RankInfo | None = None, later: bool = False) -> protocol.Event:
         """This process's ``process`` event, with a fresh step ring (attached
@@ -136,6 +241,9 @@ class Agent:
         return [process_event(self.anchor_ns, self.anchor_wall, rank)]
 
     def close(self) -> None:
+        if self._closed:  # a forked child runs it from threading's shutdown, then maybe from atexit
+            return
+        self._closed = True
         _api._step_impl = None
         try:
             self.clock.flush_counted()
@@ -148,6 +256,33 @@ class Agent:
         except Exception:
             pass
         self.channel.close()
+        try:
+            self._say_unseen()
+        except Exception:
+            pass
+
+    def _say_unseen(self) -> None:
+        """A process still waiting for its rank at exit (a child of the job
+        that compiled but never initialised a process group) kept its
+        compiles unsent: the recording would count none of them, with no
+        word. One note says so, on a connection of its own, bounded."""
+        ch = self.channel
+        if ch.hold is None or self.socket_path is None:
+            return
+        compiles = sum(1 for r in ch.records if r[0] == "trace" and r[1] == "compilation_metrics")
+        if not compiles:
+            return
+        ch.records.clear()
+        sock = connect(self.socket_path, UNSEEN_NOTE_TIMEOUT_S)
+        if sock is None:
+            return
+        try:
+            sock.settimeout(UNSEEN_NOTE_TIMEOUT_S)
+            sock.sendall(protocol.encode(unseen_note(compiles, self.forked)))
+        except OSError:
+            pass
+        finally:
+            sock.close()
 
     def flush_before_exec(self) -> None:
         """Send what is queued now: ``os.execv`` replaces the process without
@@ -206,6 +341,36 @@ def _no_ring_note(session_dir: str, error: OSError, relayed: bool) -> protocol.E
         fix = "set CTMON_RUNTIME_DIR to another directory"
     message = f"cannot make the step ring in {where} ({error.strerror or error}): {then}; {fix}"
     return {"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "agent", "message": message}
+
+
+def unseen_note(compiles: int, forked: bool) -> protocol.Event:
+    """What the user reads about a child process whose compiles ctmon kept
+    out of the recording, and how to see them."""
+    how = "forked" if forked else "started"
+    message = (
+        f"process {os.getpid()} ({how} by process {os.getppid()}) compiled {compiles} time(s), but ctmon never found "
+        "it a rank of a process group (it looks four times a second), so these compiles are not in this recording "
+        "nor in its counts: ctmon follows a child process of the job once it has called "
+        "torch.distributed.init_process_group"
+    )
+    return {
+        "kind": protocol.NOTE,
+        "t": time.time(),
+        "level": "warning",
+        "source": CAPTURE_SOURCE,
+        "message": message,
+        "missing_compiles": compiles,
+    }
+
+
+def group_initialised() -> bool:
+    """Whether this process has a default process group (a forked child
+    inherits its parent's). Module state only: safe in a fork handler."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and bool(dist.is_available()) and bool(dist.is_initialized())
+    except Exception:
+        return False
 
 
 def _create_ring(session_dir: str) -> tuple[str, StepRing]:

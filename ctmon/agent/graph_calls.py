@@ -10,7 +10,7 @@ function in the place of the names that bytecode loads, calling the original:
 * always a counter: ``functools.lru_cache(maxsize=0)`` around the graph,
   which CPython runs in C as "count a miss, call the function". It adds no
   Python frame: ~45 ns a call warm, where a Python wrapper costs ~185 ns warm
-  and 1-1.4 µs on the caches a host-bound step leaves (benchmarks/hook_cold.py);
+  and 1-1.4 µs on the caches a host-bound step leaves (benchmarks/hook_calls.py cold);
 * while a timing window is open, a timing wrapper around that counter: one
   Python call and two clock reads.
 
@@ -26,7 +26,7 @@ were open (``timed_span``), a sample of the run as the sampler's is
 (``weight``): the first, open from the start and timing the run's slower
 first steps whole, would otherwise count for as much as a minute of
 quarter-second windows after it (their shares read 7 % low on the CPU box,
-benchmarks/window_shares.py). Timing is exact where sampling is not: a sample
+benchmarks/region_shares.py windows). Timing is exact where sampling is not: a sample
 lands where the job's thread lets the GIL go, so a small region made mostly
 of Python (AOTAutograd's epilogue after its last kernel launch) reads low
 when sampled (docs/PERFORMANCE.md). On CUDA this is host time: the

@@ -16,38 +16,12 @@ group exits without having sent a byte.
 
 from __future__ import annotations
 
-import os
-
-from ctmon import _api
-from ctmon.agent.channel import connect
 from ctmon.agent.core import Agent
-from ctmon.agent.rank_info import initialised_rank
-from ctmon.wire import protocol
 
 
 def start_pending(socket_path: str, session_dir: str | None) -> Agent:
     agent = Agent(None)
-    ch = agent.channel
-
-    def hold() -> bool:
-        rank = initialised_rank()
-        if rank is None:
-            return True
-        ch.hold = None
-        sock = connect(socket_path)
-        if sock is None:  # the monitor is gone: stay quiet for good
-            ch.disabled = True
-            ch.records.clear()
-            return True
-        ch._sock = sock
-        ch.rank = rank.rank
-        hello = agent.hello(session_dir, rank, later=True)
-        hello["rank"] = rank.rank
-        ch._send(protocol.encode(hello))
-        _api._step_impl = agent.clock.api_step
-        return False
-
-    ch.hold = hold
-    ch.start()
-    os.register_at_fork(after_in_child=agent.after_fork_in_child)
+    agent.hold_until_ranked(socket_path, session_dir)
+    agent.channel.start()
+    agent.watch_forks()
     return agent

@@ -32,8 +32,11 @@ from types import ModuleType
 from typing import Any
 
 from ctmon.agent import bench_mode
-from ctmon.agent.compile_calls import compile_call_event
+from ctmon.agent.compile_calls import compile_call_event, with_calling_line
 from ctmon.agent.core import Agent
+from ctmon.agent.cudagraphs import TREES as CUDAGRAPH_TREES
+from ctmon.agent.cudagraphs import CudagraphObserver
+from ctmon.agent.cudagraphs import install as observe_cudagraph_trees
 from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.hotness import Hotness
@@ -99,6 +102,12 @@ def watch_torch_import(agent: Agent) -> None:
         except Exception:
             pass
 
+    def on_cudagraph_trees(module: ModuleType) -> None:
+        try:
+            hook_cudagraph_trees(agent, module)
+        except Exception:
+            pass
+
     def on_generation_utils(module: ModuleType) -> None:
         try:
             agent.generation.arm(module)
@@ -128,6 +137,10 @@ def watch_torch_import(agent: Agent) -> None:
         on_cudagraph_utils(sys.modules[CUDAGRAPH_UTILS])
     else:
         callbacks[CUDAGRAPH_UTILS] = on_cudagraph_utils
+    if CUDAGRAPH_TREES in sys.modules:
+        on_cudagraph_trees(sys.modules[CUDAGRAPH_TREES])
+    else:
+        callbacks[CUDAGRAPH_TREES] = on_cudagraph_trees
     if callbacks:
         sys.meta_path.insert(0, ImportWatcher(callbacks))
 
@@ -161,6 +174,15 @@ def hook_cudagraph_skips(agent: Agent, module: ModuleType) -> None:
     module.log_cudagraph_skip_and_bump_counter = log_cudagraph_skip_and_bump_counter  # type: ignore[attr-defined]
 
 
+def hook_cudagraph_trees(agent: Agent, module: ModuleType) -> None:
+    """Follow mode="reduce-overhead"'s warm-ups, recordings and replays
+    (ctmon/agent/cudagraphs.py); their counts are sent now and then and at exit."""
+    obs = CudagraphObserver(lambda ev: agent.emit(ev, urgent=False), lambda: agent.channel.disabled)
+    if observe_cudagraph_trees(module, obs):
+        agent._periodic_hooks.append(obs.counts)
+        agent.final_hooks.append(obs.final)
+
+
 def note(level: str, message: str) -> protocol.Event:
     return {"kind": protocol.NOTE, "t": time.time(), "level": level, "source": "agent", "message": message}
 
@@ -180,7 +202,8 @@ def install(agent: Agent, torch: Any) -> None:
 
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)
-    handler = TraceHandler(ch, attribute_module, graphs.on_compile_end if graphs is not None else None)
+    attribute = with_calling_line(attribute_module)  # and the user's line that called the compiled code
+    handler = TraceHandler(ch, attribute, graphs.on_compile_end if graphs is not None else None)
     attach_first(trace_log, handler)
     if trace_log.level == logging.NOTSET or trace_log.level > logging.DEBUG:
         trace_log.setLevel(logging.DEBUG)

@@ -18,7 +18,10 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any, cast
 
+import msgspec
+
 from ctmon.store.compiles import CompileState
+from ctmon.store.cudagraphs import CudagraphState
 from ctmon.store.generation import GenerationState
 from ctmon.store.hotness import HotnessState
 from ctmon.store.output import OutputBuffer
@@ -35,6 +38,7 @@ STEPS_RUN = 4096  # step events folded together by apply_all
 SAMPLES_MAX = 3600
 LIBRARY_LOGS_MAX = 500
 SPECIALIZATIONS_MAX = 1000  # shapes Dynamo specialised, kept for the report
+CUT_OFF = "cut_off"  # the state of a recording that ends without the job's exit, no ctmon writing it
 
 
 class Session:
@@ -43,13 +47,19 @@ class Session:
         self.steps = StepClock()
         self.generation = GenerationState()
         self.compile = CompileState()
+        self.cudagraphs = CudagraphState()  # reduce-overhead's warm-ups, recordings and replays
         self.hotness = HotnessState()  # where step time went: compiled graphs, their eager glue, elsewhere
         self.output = OutputBuffer()
         self.log: deque[LogEntry] = deque(maxlen=LOG_MAX)
         self.log_counts: Counter[str] = Counter()
         self.samples: deque[E.Sample] = deque(maxlen=SAMPLES_MAX)
+        self._live_sample: E.Sample | None = None  # the last sample with the job's memory in it
         self.notes: list[E.Note] = []
         self.exit: ExitInfo | None = None
+        # The recording was read to its end, no exit in it, and no ctmon
+        # writes it any more (its reader says so: report/load.py): the job's
+        # end is not known, and it is not running either.
+        self.cut_off = False
         self.uncaught: E.Uncaught | None = None  # the exception that ended its process, as it said
         self.processes = 0  # agents' hellos: processes of the job that reported
         self.drops = {"steps": 0, "events": 0}
@@ -83,8 +93,10 @@ class Session:
             E.CacheResult: self._on_cache,
             E.Autotune: self._on_autotune,
             E.Cudagraph: self._on_cudagraph,
+            E.CudagraphTree: self._on_cudagraph_tree,
             E.Steps: self._on_steps,
             E.DeviceTime: self._on_device_time,
+            E.StepNumber: self._on_step_number,
             E.Generation: self._on_generation,
             E.LibraryLog: self._on_library_log,
             E.Specialization: self._on_specialization,
@@ -369,12 +381,24 @@ class Session:
         self._log(ev.t, "cudagraph", f"cudagraphs: {reason[:200]}", "warning")
         self.rev["compile"] += 1
 
+    def _on_cudagraph_tree(self, ev: E.CudagraphTree) -> None:
+        run = self.cudagraphs.on_event(ev)
+        if run is not None:  # (the periodic counts change no view but the findings, which follow the steps)
+            what = "recorded" if run.event == "record" else "warmed up"
+            text = f"CUDA graph {what}: {run.graph or '?'} graph of {run.compile_id or '?'} ({run.sizes})"
+            self._log(ev.t, "cudagraph", f"{text} in {run.dur_s * 1000:.0f} ms", "info", run.compile_id)
+            self.rev["compile"] += 1
+
     def _on_steps(self, ev: E.Steps) -> None:
         if self.steps.on_steps(ev):
             self.rev["steps"] += 1
 
     def _on_device_time(self, ev: E.DeviceTime) -> None:
         if self.steps.on_device_time(ev):
+            self.rev["steps"] += 1
+
+    def _on_step_number(self, ev: E.StepNumber) -> None:
+        if self.steps.on_number(ev):
             self.rev["steps"] += 1
 
     def _on_generation(self, ev: E.Generation) -> None:
@@ -420,6 +444,14 @@ class Session:
     def _on_sample(self, ev: E.Sample) -> None:
         if ev.gpu_error is not None:
             self.meta.gpu_error = ev.gpu_error[:300]  # sent once; samples roll over
+        if ev.rss or ev.tree_rss:
+            self._live_sample = ev
+        elif self._live_sample is not None:
+            # The job's process is gone: a zombie's memory reads 0 B (older
+            # recordings hold that), a dead one's nothing. What it last held
+            # stands, as a terminal's last screen of it would show.
+            live = self._live_sample
+            ev = msgspec.structs.replace(ev, rss=live.rss, tree_rss=live.tree_rss, threads=live.threads)
         self.samples.append(ev)
         self.rev["samples"] += 1
         if self.ranks and ev.gpus:
@@ -471,6 +503,8 @@ class Session:
     def state(self) -> str:
         if self.exit is not None:
             return "exited"
+        if self.cut_off:
+            return CUT_OFF
         if self.compile.active:
             return "compiling"
         if self.steps.count > 0 or self.compile.compile_count > 0:

@@ -150,6 +150,14 @@ class CompileCall(Ranked, tag="compile_call"):
     called_from: StackFrame | None = None  # called by a library: the user's own line that led there
     wraps: str | None = None  # a PyTorch wrapper (DDP, FSDP, a compiled module): the class of the module it runs
     wraps_module: str | None = None  # where that class is defined
+    # the code a call of the compiled object runs first, and the names its
+    # caller's arguments take there (``self`` left out)
+    params: list[str] = []
+    code_file: str | None = None
+    code_line: int | None = None
+    code_name: str | None = None
+    bases: list[str] = []  # the library classes a compiled module derives from, nearest first
+    via: list[str] = []  # a library's call: its functions on the way, innermost first ("transformers:Trainer.train")
 
 
 class CompileStart(Ranked, tag="compile_start"):
@@ -286,6 +294,25 @@ class Cudagraph(Ranked, tag="cudagraph"):
     message: str | None = None
 
 
+class CudagraphTree(Ranked, tag="cudagraph_tree"):
+    """mode="reduce-overhead": a graph's warm-up or recording by PyTorch's
+    CUDA-graph trees, or the trees' cumulative counts (ctmon/agent/cudagraphs.py)."""
+
+    event: str | None = None  # "warmup", "record" or "counts"
+    compile_id: str | None = None  # the compile whose graph it is
+    graph: str | None = None  # "forward", "backward" or "inference"
+    function_id: int | None = None  # PyTorch's id of the function (one per graph and dynamic-size key)
+    graph_id: int | None = None  # PyTorch's id of the recorded graph
+    device: int | None = None
+    dur_s: Finite | None = None  # host time of the warm-up or recording
+    shapes: list[list[int]] = []  # the sizes of the inputs that are not static (first 8)
+    ints: list[int] = []  # the int inputs (a dynamic graph's sizes, first 8)
+    replays: int | None = None  # counts: cumulative
+    eager: int | None = None
+    warmups: int | None = None
+    recordings: int | None = None
+
+
 # ------------------------------------------------------------------- steps
 
 
@@ -302,6 +329,16 @@ class DeviceTime(Ranked, tag="device_time", omit_defaults=False):
     i0: int = 0
     i1: int = 0
     ms: Finite = 0.0
+
+
+class StepNumber(Ranked, tag="step_number", omit_defaults=False):
+    """Boundary ``i`` of source ``src`` ends the job's own step ``n`` (the
+    agent): its optimizer's step count, or the ``n`` of ``ctmon.step(n)``;
+    sent where the job's numbers begin or jump, not for every step."""
+
+    src: str = ""
+    i: int = 0
+    n: int = 0
 
 
 class Generation(Ranked, tag="generation"):
@@ -533,8 +570,10 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     CacheResult,
     Autotune,
     Cudagraph,
+    CudagraphTree,
     Steps,
     DeviceTime,
+    StepNumber,
     Generation,
     LibraryLog,
     Specialization,

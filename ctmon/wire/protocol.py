@@ -63,8 +63,10 @@ GRAPH_BREAK = "graph_break"  # A: Dynamo split the graph
 CACHE = "cache"  # A: FX graph / AOTAutograd cache hit, miss or bypass
 AUTOTUNE = "autotune"  # A: Triton kernel autotuning result (GPU)
 CUDAGRAPH = "cudagraph"  # A: a cudagraphs event (skip, re-record, ...)
+CUDAGRAPH_TREE = "cudagraph_tree"  # A: a CUDA-graph warm-up or recording, or the trees' counts (reduce-overhead)
 STEPS = "steps"  # A: a batch of step boundaries
 DEVICE_TIME = "device_time"  # A: device-measured time across a span of steps
+STEP_NUMBER = "step_number"  # A: the job's own number of a step (its optimizer's count, ctmon.step(n))
 GENERATION = "generation"  # A: one generate() call: its prefill and decode calls, time to first token
 SPECIALIZATION = "specialization"  # A: a dynamic dim Dynamo specialised to one value, at the user's line
 LIBRARY_LOG = "library_log"  # A: a warning a library (transformers) logged, with the line that logged it
@@ -93,8 +95,10 @@ KNOWN_KINDS = frozenset(
         CACHE,
         AUTOTUNE,
         CUDAGRAPH,
+        CUDAGRAPH_TREE,
         STEPS,
         DEVICE_TIME,
+        STEP_NUMBER,
         GENERATION,
         LIBRARY_LOG,
         SPECIALIZATION,

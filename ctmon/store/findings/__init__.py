@@ -65,6 +65,7 @@ def analyze(session: Session, *, strict: bool = False) -> list[Finding]:
             # A malformed recording must not hide the other findings.
             continue
     _lead_in(session, out)
+    ranks.say_scope(session, out)  # figures of one rank's store say which
     return order(out)
 
 

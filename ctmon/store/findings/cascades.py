@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ctmon.store.findings import causes as C
 from ctmon.store.findings import guard_advice as A
 from ctmon.store.findings import guards as G
+from ctmon.store.findings import levers as L
 from ctmon.store.findings import recompiles as R
 from ctmon.store.findings.model import RANK_RECOMPILES, Finding
 
@@ -53,7 +54,8 @@ def rule_cascades(s: Session) -> list[Finding]:
         pairs = k.pairs
         frames = _unique(k.frames)
         first, first_pairs = k.members[0]
-        g = _named(C.read_loops(s, first, first_pairs)[0][1])
+        c0, raw = C.read_loops(s, first, first_pairs)[0]
+        g = _named(raw)
         n = len(k.moments)
         vals = A.values_taken(pairs) if g.kind not in (G.ITEM, G.SCALAR, G.LOOP_BOUND) else []
         shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
@@ -98,9 +100,12 @@ def rule_cascades(s: Session) -> list[Finding]:
                 line=top.loc.line,
                 detail=detail,
                 evidence=evidence,
-                fix=A.fix_for(g, vals, seen=A.values_seen(first_pairs, first.limit_hit)),
+                # the guard as the first frame received it (kwargs['input_ids']):
+                # the user's line names what it passed under that keyword
+                fix=A.fix_for(
+                    raw, vals, seen=A.values_seen(first_pairs, first.limit_hit), site=L.call_site(s, first, c0)
+                ),
                 rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
-                argument=g.name if g.kind == G.SHAPE else None,
             )
         )
     return out

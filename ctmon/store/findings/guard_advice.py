@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings import guards as G
+from ctmon.store.findings import levers as L
 from ctmon.store.findings.causes import Group
 from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, suggest
 
@@ -128,11 +130,35 @@ def name_users_tensor(fix: str, argument: str, code: str | None) -> str:
     return fix.replace(f"the tensor passed as {argument}", f"{expr} (what your line passes as {argument})", 1)
 
 
-def tensor_names(name: str) -> tuple[str, str]:
-    """How to name a guarded tensor in prose, and in code."""
-    if _ARG.match(name):
-        return f"the tensor passed as {name}", "x"
-    return f"'{name}'", name
+@dataclass(frozen=True)
+class Named:
+    """A guarded tensor as a fix names it: in prose, in code, and what the
+    code's name stands for when it is not the user's own."""
+
+    who: str  # "`x` (passed as `idx`)", "the tensor passed as `idx`"
+    code: str  # "x": the user's expression, else the compiled code's name ("idx"), else "x"
+    note: str = ""  # where code is not the user's name: " (`idx` is the compiled code's name for it ...)"
+    expr: str | None = None  # the user's own expression, when known
+
+
+def tensor_names(name: str, site: L.CallSite | None = None) -> Named:
+    """How to name a guarded tensor: by the user's own expression at their
+    calling line where the recording tells it (``cmodel(x, y)`` passes ``x``
+    as ``forward``'s ``idx``), else as what the compiled code received, its
+    name there said to be the compiled code's -- never as if Dynamo's name
+    for it were a name in the user's code."""
+    expr = L.users_expression(site, name) if site is not None else None
+    if expr is not None:
+        return Named(f"`{expr}`" + (f" (passed as `{name}`)" if expr != name else ""), expr, expr=expr)
+    code = plain_name(name)
+    named = bool(_NAME.match(code))
+    code = code if named else "x"
+    line = site.line.code.strip() if site is not None and site.line is not None and site.line.code else None
+    why = f"; your line `{line}` does not name it plainly" if line else ""
+    what = "is the compiled code's name for it" if named else "stands for it"
+    return Named(
+        f"the tensor passed as `{name}`", code, f" (`{code}` {what}{why}: use your code's name for that tensor)"
+    )
 
 
 def what_changed(g: G.Guard) -> str:
@@ -223,43 +249,138 @@ def library_guard_fix(g: G.Guard) -> str | None:
     return None
 
 
+def capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:] if text[:1].isalpha() else text
+
+
+def shape_fix(g: G.Guard, values: list[str] | None, site: L.CallSite | None) -> str:
+    """A tensor's dim changed size: mark it dynamic at the user's call, in
+    their names (and every input tied to it), or pad it to a few sizes --
+    or, where a library builds the batches and makes the call, that
+    library's own setting."""
+    lever = site.lever if site is not None else L.USER
+    if lever in L.LIBRARY_LOOPS:
+        return library_loop_fix(g, values, lever)
+    n = tensor_names(g.name, site)
+    if n.expr is None and not reachable(g.name):
+        if KV_CACHE.search(g.name):
+            return kv_cache_fix(g.dim)
+        return (
+            f"Dim {g.dim} of '{g.name}', a tensor inside an object the compiled code receives, changed size: "
+            "keep that size fixed (pad or bucket what it is built from), or compile with "
+            f"{dynamic_true(lever)} so sizes are traced symbolically." + batch_advice(g, values)
+        )
+    if g.expected and "<=" in g.expected:
+        return (
+            f"Dim {g.dim} of {n.who} left the range the graph was compiled for ({g.expected}): widen the range "
+            f"given to torch._dynamo.mark_dynamic({n.code}, {g.dim}, min=..., max=...){n.note}, or pad/bucket that "
+            "dim into it." + batch_advice(g, values)
+        )
+    return (
+        f"Make dim {g.dim} of {n.who} dynamic before the compiled call: "
+        f"torch._dynamo.mark_dynamic({n.code}, {g.dim}){n.note}.{tied_inputs(site, n)} Or compile with "
+        f"{dynamic_true(lever)}. If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) "
+        "so each compiles once." + batch_advice(g, values)
+    )
+
+
+def tied_inputs(site: L.CallSite | None, n: Named) -> str:
+    """Marking one of two inputs whose sizes the graph ties together (ids
+    and their targets) stops the job with a ConstraintViolationError
+    (measured on torch 2.13): the fix names the others the line passes."""
+    parts = []
+    holder = L.container_of(n.expr) if n.expr is not None else None
+    if holder is not None:
+        parts.append(f"the other tensors in `{holder}`")
+    others = L.other_arguments(site, n.expr) if site is not None and n.expr is not None else []
+    if others:
+        parts.append(f"your line also passes {', '.join(f'`{o}`' for o in others)}")
+    also = f" ({'; '.join(parts)})" if parts else ""
+    return (
+        f" Mark every other input whose dim has the same size too{also}: marking one of two tensors the graph "
+        "ties together stops with a ConstraintViolationError."
+    )
+
+
+def dynamic_true(lever: str) -> str:
+    """The compile argument that makes every size symbolic, where the user
+    can give it: accelerate makes the torch.compile call from its plugin."""
+    if lever == L.ACCELERATE:
+        return (
+            "dynamic=True, given to accelerate's compile: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend=..., "
+            "dynamic=True))"
+        )
+    return "torch.compile(..., dynamic=True)"
+
+
+def plain_name(name: str) -> str:
+    """``kwargs['input_ids']`` -> ``input_ids``: the keyword a library passed."""
+    m = re.match(r"^kwargs\[['\"](?P<key>[^'\"]+)['\"]\]$", name)
+    return m.group("key") if m else name
+
+
+def library_loop_fix(g: G.Guard, values: list[str] | None, lever: str) -> str:
+    """A library's loop builds the batches and calls the compiled model:
+    transformers' Trainer (TrainingArguments(torch_compile=True)), or
+    Lightning's fit loop. The user makes no call to mark or compile; the
+    batches are theirs to shape, through the library's settings (each fix
+    applied in tests/test_advice_levers.py)."""
+    name = plain_name(g.name)
+    sizes = f" ({' → '.join(values[:8])})" if values else ""
+    if lever == L.TRAINER:
+        lead = (
+            "Trainer builds the batches and calls the model itself (its torch.compile comes from "
+            "TrainingArguments(torch_compile=True)), so the levers are Trainer's arguments and your data collator, "
+            "not mark_dynamic or torch.compile(dynamic=...) in a call of yours."
+        )
+        if g.dim == 0:
+            return (
+                f"{lead} Dim 0 of '{name}' is the batch{sizes}: the last batch of an epoch is short when the "
+                "dataset's size is not a multiple of the batch size. Set TrainingArguments(dataloader_drop_last=True), "
+                "so every batch has per_device_train_batch_size rows and one graph serves them all."
+            )
+        return (
+            f"{lead} Dim {g.dim} of '{name}'{sizes} is the length the data collator pads each batch to (the longest "
+            "sample in it): pad to one length or a few instead, with pad_to_multiple_of in your collator "
+            "(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64), DataCollatorForLanguageModeling(tokenizer, "
+            'mlm=False, pad_to_multiple_of=64)) or padding="max_length", max_length=N where you tokenize, so each '
+            "length compiles once."
+        )
+    lead = (
+        "Lightning's loop calls training_step with each batch of your train DataLoader, so the lever is that "
+        "DataLoader, not a call of yours."
+    )
+    if g.dim == 0:
+        return (
+            f"{lead} Dim 0 of '{name}' is the batch{sizes}: the last batch of an epoch is short when the dataset's "
+            "size is not a multiple of the batch size. Create the train DataLoader with drop_last=True (in "
+            "train_dataloader(), or the DataLoader you pass to trainer.fit), so every batch has the same size."
+        )
+    return (
+        f"{lead} Dim {g.dim} of '{name}'{sizes} changes from batch to batch: pad each batch to one length or a few "
+        "in the DataLoader's collate_fn, so each length compiles once."
+    )
+
+
 def fix_for(
     g: G.Guard,
     values: list[str] | None = None,
     config: Mapping[str, ConfigValue] | None = None,
     *,
     seen: str | None = None,
+    site: L.CallSite | None = None,
 ) -> str:
     """The change that stops the guard failing. ``values``: what the guarded
     thing took; ``config``: the settings in force; ``seen``: how many values
-    a loop bound took (values_seen)."""
+    a loop bound took (values_seen); ``site``: the call into the compiled
+    code (levers.call_site), whose names and caller the fix uses."""
     name = g.name
     k = g.kind
     known = library_guard_fix(g)
     if known is not None:
         return known
     if k == G.SHAPE:
-        who, code = tensor_names(name)
-        if not reachable(name):
-            if KV_CACHE.search(name):
-                return kv_cache_fix(g.dim)
-            return (
-                f"Dim {g.dim} of {who}, a tensor inside an object the compiled code receives, changed size: "
-                "keep that size fixed (pad or bucket what it is built from), or compile with "
-                "torch.compile(..., dynamic=True) so sizes are traced symbolically."
-            )
-        if g.expected and "<=" in g.expected:
-            return (
-                f"Dim {g.dim} of {who} left the range the graph was compiled for ({g.expected}): widen the range "
-                f"given to torch._dynamo.mark_dynamic({code}, {g.dim}, min=..., max=...), or pad/bucket that dim "
-                "into it." + batch_advice(g, values)
-            )
-        return (
-            f"Make dim {g.dim} of {who} dynamic before the compiled call: "
-            f"torch._dynamo.mark_dynamic({code}, {g.dim}) — or compile with torch.compile(..., dynamic=True). "
-            f"If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) so each compiles once."
-            + batch_advice(g, values)
-        )
+        return shape_fix(g, values, site)
     if k == G.LOOP_BOUND:
         return loop_bound_fix(g, seen)
     if k == G.ITEM:
@@ -283,37 +404,40 @@ def fix_for(
     if k == G.DTYPE:
         vals = values or [v for v in (g.expected, g.actual) if v]
         seen = f" (it arrived as {', '.join(vals[:-1])} and {vals[-1]})" if len(vals) >= 2 else ""
+        n = tensor_names(name, site)
         return (
-            f"Give {tensor_names(name)[0]} one dtype on every call{seen}: cast it before the compiled call, e.g. "
-            f"{tensor_names(name)[1]}.to(torch.float32), or keep autocast settings consistent."
+            f"Give {n.who} one dtype on every call{seen}: cast it before the compiled call, e.g. "
+            f"{n.code}.to(torch.float32){n.note}, or keep autocast settings consistent."
         )
     if k == G.DEVICE:
+        n = tensor_names(name, site)
         return (
-            f"Keep {tensor_names(name)[0]} on one device: move it before the compiled call "
-            f"({tensor_names(name)[1]}.to(device)); a tensor on another device needs a different graph."
+            f"Keep {n.who} on one device: move it before the compiled call "
+            f"({n.code}.to(device){n.note}); a tensor on another device needs a different graph."
         )
     if k == G.DISPATCH:
         return (
-            f"{tensor_names(name)[0]} was created differently on some calls — typically under torch.inference_mode(), "
+            f"{capitalised(tensor_names(name, site).who)} was created differently on some calls — typically under torch.inference_mode(), "
             "which makes inference tensors with other dispatch keys: create the inputs the same way every time "
             "(torch.no_grad() instead of torch.inference_mode() around code that feeds the compiled function)."
         )
     if k == G.REQUIRES_GRAD:
-        who, code = tensor_names(name)
+        n = tensor_names(name, site)
         return (
-            f"{who} sometimes requires grad and sometimes not: pass {code}.detach() where no gradient is needed "
-            "(or set requires_grad the same way every time); each variant otherwise keeps its own graph."
+            f"{capitalised(n.who)} sometimes requires grad and sometimes not: pass {n.code}.detach(){n.note} where "
+            "no gradient is needed (or set requires_grad the same way every time); each variant otherwise keeps its "
+            "own graph."
         )
     if k == G.RANK:
         return (
-            f"{tensor_names(name)[0]} arrives with a different number of dimensions: reshape it consistently before "
+            f"{capitalised(tensor_names(name, site).who)} arrives with a different number of dimensions: reshape it consistently before "
             "the compiled call (e.g. always keep the batch dimension)."
         )
     if k == G.STRIDE:
-        who, code = tensor_names(name)
+        n = tensor_names(name, site)
         return (
-            f"{who} arrives with a different memory layout (e.g. a transposed or sliced view): call "
-            f"{code}.contiguous() before the compiled call."
+            f"{capitalised(n.who)} arrives with a different memory layout (e.g. a transposed or sliced view): call "
+            f"{n.code}.contiguous(){n.note} before the compiled call."
         )
     if k == G.GRAD_MODE:
         return (

@@ -7,10 +7,12 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from ctmon.store.findings import cudagraphs as CG
 from ctmon.store.findings import guards as G
 from ctmon.store.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
 from ctmon.store.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
 from ctmon.store.findings.silent import all_empty
+from ctmon.store.records import TRACE_MODE
 from ctmon.words import cut
 
 if TYPE_CHECKING:
@@ -52,7 +54,8 @@ def rule_compile_cost(s: Session) -> list[Finding]:
     total = cs.total_time_s + cs.bwd_time_s
     if cs.compile_count == 0 or total <= 0 or all_empty(s):
         return []  # nothing captured: silent.py's empty-graph warning says what the compiling bought
-    dur = s.duration_s or 0.0
+    # a PyTorch trace holds no run, only its records' span: no share of it
+    dur = (s.duration_s or 0.0) if s.meta.mode != TRACE_MODE else 0.0
     share = f" ({total / dur * 100:.0f}% of the {dur:.1f} s run)" if dur > 0 else ""
     frames = sorted(cs.frames.values(), key=lambda f: -f.time_s)
     evidence = [f"{f.title} at {f.loc.text()}: {f.time_s:.2f} s in {len(f.compiles)} compile(s)" for f in frames[:6]]
@@ -101,7 +104,9 @@ def rule_late_compiles(s: Session) -> list[Finding]:
     evidence = []
     for c in late[:8]:
         step = series.times.count_until(c.span[0])
-        evidence.append(f"{c.compile_id} {_frame_name(s, c)} near step {step}, {c.time_s:.2f} s: {_why(c)}")
+        evidence.append(
+            f"{c.compile_id} {_frame_name(s, c)} near step {series.number(step)}, {c.time_s:.2f} s: {_why(c)}"
+        )
     if len(late) > 8:
         evidence.append(f"… and {len(late) - 8} more")
     first = s.compile.frames.get(late[0].frame_id)
@@ -129,8 +134,8 @@ def rule_late_compiles(s: Session) -> list[Finding]:
             rule="late-compiles",
             severity="warning",
             title=(
-                f"{n} compile{'s' if n != 1 else ''} in steady state (after step {k} of {len(series)}), "
-                f"the first at step {first_step} ({first.title if first else '?'})"
+                f"{n} compile{'s' if n != 1 else ''} in steady state (after step {series.number(k)} of "
+                f"{series.last_number()}), the first at step {series.number(first_step)} ({first.title if first else '?'})"
             ),
             file=first.loc.file if first else None,
             line=first.loc.line if first else None,
@@ -173,7 +178,8 @@ def rule_spikes(s: Session) -> list[Finding]:
             lo, hi = series.times[k - 1], series.times[k]
             inside = [c for c in compiles if c.span[0] < hi and c.span[1] > lo]
             what = ", ".join(f"{c.compile_id} {_frame_name(s, c)} {c.time_s:.2f} s" for c in inside[:3])
-            evidence.append(f"step {k}: {v:.1f} ms (compile: {what})" if what else f"step {k}: {v:.1f} ms")
+            step = f"step {series.number(k)}: {v:.1f} ms"
+            evidence.append(f"{step} (compile: {what})" if what else step)
             if inside and (where is None or (k > 3 and not after_where)):
                 where, after_where = inside[0], k > 3
         frame = s.compile.frames.get(where.frame_id) if where is not None else None
@@ -199,11 +205,21 @@ def rule_spikes(s: Session) -> list[Finding]:
                 rank=RANK_SPIKES + len(by_compile) if after_warmup else len(by_compile),
             )
         )
+    # mode="reduce-overhead": a step that warmed up or recorded a CUDA graph
+    # is slow by design, not a data-loading stall
+    graph_runs = CG.runs_in_steps(s.cudagraphs.runs, series.times, [k for k, _ in other])
+    if graph_runs:
+        out.append(CG.spikes_finding(s, p50, [(k, v) for k, v in other if k in graph_runs], graph_runs))
+        other = [(k, v) for k, v in other if k not in graph_runs]
+    prompts = _prompt_steps(s, series.source, [k for k, _ in other])
+    if prompts:
+        out.append(_prompts_finding(series, p50, [(k, v) for k, v in other if k in prompts]))
+        other = [(k, v) for k, v in other if k not in prompts]
     waited = _waited_for_ranks(s, series.times, other)
     if waited:
         other = [(k, v) for k, v in other if k not in waited]
         evidence = [
-            f"step {k}: {v:.1f} ms (rank {r} compiled {c.compile_id} {c.time_s:.2f} s)"
+            f"step {series.number(k)}: {v:.1f} ms (rank {r} compiled {c.compile_id} {c.time_s:.2f} s)"
             for k, v in sorted(((k, v) for k, v in spikes if k in waited), key=lambda x: -x[1])[:8]
             for r, c in waited[k][:1]
         ]
@@ -231,7 +247,7 @@ def rule_spikes(s: Session) -> list[Finding]:
                 severity="info",
                 title=f"{len(other)} slow step(s) not explained by compiles (p50 {p50:.1f} ms)",
                 detail="Likely data loading stalls, garbage collection, checkpointing, logging or host synchronisation.",
-                evidence=[f"step {k}: {v:.1f} ms" for k, v in sorted(other, key=lambda x: -x[1])[:8]],
+                evidence=[f"step {series.number(k)}: {v:.1f} ms" for k, v in sorted(other, key=lambda x: -x[1])[:8]],
                 fix=(
                     "Check the data pipeline (DataLoader num_workers, pin_memory, persistent_workers), periodic work "
                     "(checkpoints, evaluation, logging that calls .item()), and gc (gc.freeze() after set-up)."
@@ -240,6 +256,32 @@ def rule_spikes(s: Session) -> list[Finding]:
             )
         )
     return out
+
+
+def _prompt_steps(s: Session, source: str | None, ks: list[int]) -> set[int]:
+    """Of the slow steps ``ks``, those that run into a ``generate()`` call's
+    first decode call: such a step spans the end of the call before and this
+    call's prompt (its prefill, eager where only decode is compiled), not a
+    token."""
+    firsts = {ev.i0 for ev in s.generation.calls if ev.src == source and ev.i0 > 0 and ev.decode_calls > 0}
+    return {k for k in ks if k in firsts}
+
+
+def _prompts_finding(series: Any, p50: float, spikes: list[tuple[int, float]]) -> Finding:
+    return Finding(
+        id="spikes:generate-prompt",
+        rule="step-spikes",
+        severity="info",
+        title=f"{len(spikes)} slow step(s) began a generate() call (p50 {p50:.1f} ms)",
+        detail=(
+            "A step here runs from one compiled decode call to the next; the step that runs into a generate() "
+            "call's first decode call also holds the end of the call before and this call's prompt (its prefill, "
+            "which runs eager where only the decode step is compiled): its time is not a token's."
+        ),
+        evidence=[f"step {series.number(k)}: {v:.1f} ms" for k, v in sorted(spikes, key=lambda x: -x[1])[:8]],
+        fix="Nothing to change for these steps: the report's time to the first token measures the prompt.",
+        rank=len(spikes) / 20,
+    )
 
 
 def _waited_for_ranks(
@@ -285,6 +327,12 @@ def _cudagraph_fix(reason: str) -> str:
         )
     if "non-tensor inputs" in low:
         return "The graph takes non-tensor inputs: pass tensors (or constants baked into the graph) only."
+    if "re-recording limit" in low:
+        return (
+            "PyTorch recorded this graph again and again because something it captured kept changing (the reason "
+            "above), and now runs it without CUDA graphs. Keep what the reason names stable between calls; "
+            "raising torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit only postpones the skip."
+        )
     if "caching allocator" in low:
         return "CUDA graphs need PyTorch's caching allocator: unset PYTORCH_NO_CUDA_MEMORY_CACHING."
     return "See PyTorch's reason; reduce-overhead gives no speed-up for the skipped graphs."
@@ -293,7 +341,7 @@ def _cudagraph_fix(reason: str) -> str:
 def _short_reason(reason: str) -> str:
     head = reason.strip().splitlines()[0] if reason.strip() else reason
     head = head.split(". Found from", 1)[0].split(" Found from", 1)[0]
-    return head.removeprefix("skipping cudagraphs due to ").strip() or head
+    return head.removeprefix("skipping cudagraphs due to ").removeprefix("skipping cudagraph due to ").strip() or head
 
 
 def rule_cudagraphs(s: Session) -> list[Finding]:
@@ -385,4 +433,8 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
     ]
 
 
-RULES = (rule_compile_cost, rule_late_compiles, rule_spikes, rule_cudagraphs, rule_idle_gpu)
+def rule_cudagraph_rerecords(s: Session) -> list[Finding]:
+    return CG.rerecord_findings(s, _steady_start(s)) + CG.unused_findings(s)
+
+
+RULES = (rule_compile_cost, rule_late_compiles, rule_spikes, rule_cudagraphs, rule_cudagraph_rerecords, rule_idle_gpu)

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ctmon.store.findings import causes as C
 from ctmon.store.findings.model import RANK_LIMIT, Finding
 from ctmon.store.findings.silent import signal_sent_by_ctmon
 from ctmon.store.launcher_failures import collective_timeouts, rank_failures
 from ctmon.words import cut
 
 if TYPE_CHECKING:
-    from ctmon.store.compiles import Frame
+    from ctmon.store.compiles import CompileRecord, Frame
     from ctmon.store.ranks import RankState
     from ctmon.store.session import Session
     from ctmon.wire.events import CompileStart
@@ -69,6 +71,12 @@ def _step_at(rs: RankState, t: float) -> int | None:
     return bisect_right(series.times, t)
 
 
+def _at_step(rs: RankState, k: int | None) -> str:
+    """`` at step 7``: the step boundary ``k`` falls in, as the job numbers it (store/steps.py)."""
+    series = rs.session.steps.current
+    return f" at step {series.number(k)}" if k is not None and series is not None else ""
+
+
 def _open_compiles(rs: RankState) -> dict[int, list[CompileStart]]:
     """This rank's compiles that started and have not ended, by frame: the
     rank the others are waiting for, and, when the job is killed mid-compile,
@@ -82,9 +90,23 @@ def _open_compiles(rs: RankState) -> dict[int, list[CompileStart]]:
     return out
 
 
-def rule_compile_divergence(s: Session) -> list[Finding]:
-    if len(s.ranks) < 2:
-        return []
+@dataclass
+class Divergence:
+    """One frame the ranks compiled a different number of times."""
+
+    frame: Frame  # the instance of the rank that compiled it most
+    by_rank: dict[int, Frame]
+    opened: dict[int, list[CompileStart]]  # compiles still running, by rank
+    counts: dict[int, int]  # compiles (finished and running), by rank; 0 for a rank that never compiled it
+    fewest: int
+
+    def extra(self, r: int) -> list[CompileRecord]:
+        """Rank r's compiles beyond the fewest any rank made."""
+        mine = self.by_rank.get(r)
+        return mine.compiles[self.fewest :] if mine is not None else []
+
+
+def _divergences(s: Session) -> list[Divergence]:
     now = s.last_t or 0.0
     frames: dict[FrameKey, dict[int, Frame]] = defaultdict(dict)
     running: dict[int, dict[int, list[CompileStart]]] = {}
@@ -109,57 +131,110 @@ def rule_compile_divergence(s: Session) -> list[Finding]:
         }
         if len(set(counts.values())) < 2 or len(set(settled.values())) < 2:
             continue
-        groups: dict[int, list[int]] = defaultdict(list)
-        for r, n in counts.items():
-            groups[n].append(r)
-        fewest = min(counts.values())
         most = max(counts, key=lambda r: (counts[r], -r))
-        top = by_rank[most]
-        still = [r for r, starts in opened.items() if starts]
-        parts = "; ".join(f"{n}× on {_ranks_text(rs)}" for n, rs in sorted(groups.items(), reverse=True))
-        evidence = []
-        for r in sorted(counts, key=lambda r: (-counts[r], r))[:8]:
-            mine = by_rank.get(r)
-            if mine is None:
-                evidence.append(f"rank {r}: never compiled this frame")
-                continue
-            extra = mine.compiles[fewest:]
-            said = []
-            for c in extra[:3]:
+        out.append(Divergence(by_rank[most], by_rank, opened, counts, min(counts.values())))
+    return out
+
+
+def _cause(s: Session, d: Divergence) -> frozenset[tuple[int, Any]]:
+    """When each rank made its extra compiles of the frame: the step (or,
+    without steps, the recompile's moment) on that rank. Frames one change
+    recompiled on a rank -- the frames of a forward split by graph breaks --
+    share it, and are one cause."""
+    out: set[tuple[int, Any]] = set()
+    for r in s.ranks:
+        rs = s.ranks[r]
+        moment = None
+        for c in d.extra(r):
+            step = _step_at(rs, c.span[0])
+            if step is None:
+                moment = moment if moment is not None else C.moments(rs.session)
+                out.add((r, ("moment", moment.get(c.compile_id, c.compile_id))))
+            else:
+                out.add((r, step))
+        for start in d.opened.get(r, []):
+            out.add((r, ("open", _step_at(rs, start.t))))
+    return frozenset(out)
+
+
+def rule_compile_divergence(s: Session) -> list[Finding]:
+    if len(s.ranks) < 2:
+        return []
+    causes: dict[frozenset[tuple[int, Any]], list[Divergence]] = {}
+    for d in _divergences(s):
+        causes.setdefault(_cause(s, d), []).append(d)
+    return [_divergence_finding(s, group) for group in causes.values()]
+
+
+def _divergence_finding(s: Session, group: list[Divergence]) -> Finding:
+    """One finding for one cause: the frames it made the ranks compile
+    differently, each rank's extra compiles and why."""
+    now = s.last_t or 0.0
+    top = group[0]
+    counts = top.counts
+    groups: dict[int, list[int]] = defaultdict(list)
+    for r, n in counts.items():
+        groups[n].append(r)
+    still = sorted({r for d in group for r, starts in d.opened.items() if starts})
+    parts = "; ".join(f"{n}× on {_ranks_text(rs)}" for n, rs in sorted(groups.items(), reverse=True))
+    titles = [d.frame.title for d in group]
+    if len(group) == 1:
+        what = titles[0]
+    else:
+        alike = all(d.counts == counts for d in group)
+        what = f"{len(group)} frames ({', '.join(titles[:4])}{' …' if len(titles) > 4 else ''})"
+        parts = f"{parts}{' each' if alike else ' (the first frame)'}"
+    evidence = []
+    for r in sorted(counts, key=lambda r: (-counts[r], r))[:8]:
+        mine = [(d, d.by_rank[r]) for d in group if r in d.by_rank]
+        if not mine:
+            evidence.append(f"rank {r}: never compiled {'this frame' if len(group) == 1 else 'these frames'}")
+            continue
+        said = []
+        for d, frame in mine:
+            name = f"{frame.title} " if len(group) > 1 else ""
+            for c in d.extra(r)[:3]:
                 step = _step_at(s.ranks[r], c.span[0])
-                why = (c.recompile_reason or ("first compile" if c is mine.compiles[0] else "")).strip().splitlines()
-                said.append(
-                    f"{c.compile_id}{f' at step {step}' if step is not None else ''}: {cut((why or ['?'])[0], 160)}"
-                )
-            for start in opened[r][:2]:
+                first = c is frame.compiles[0]
+                why = (c.recompile_reason or ("first compile" if first else "")).strip().splitlines()
+                said.append(f"{name}{c.compile_id}{_at_step(s.ranks[r], step)}: {cut((why or ['?'])[0], 160)}")
+            for start in d.opened[r][:2]:
                 step = _step_at(s.ranks[r], start.t)
                 why = s.ranks[r].session.compile.pending_reasons(str(start.compile_id)) or ["?"]
                 said.append(
-                    f"{start.compile_id}{f' at step {step}' if step is not None else ''}: still compiling after "
-                    f"{now - start.t:.0f} s — {cut(why[0].strip(), 160)}"
+                    f"{name}{start.compile_id}{_at_step(s.ranks[r], step)}: still compiling "
+                    f"after {now - start.t:.0f} s — {cut(why[0].strip(), 160)}"
                 )
-            evidence.append(
-                f"rank {r}: {counts[r]} compile(s), {mine.recompiles + len(opened[r])} recompile(s)"
-                + (f" ({len(opened[r])} still compiling)" if opened[r] else "")
-                + (f" — {'; '.join(said)}" if said else "")
-            )
-        out.append(
-            Finding(
-                id=f"rank-divergence:{top.title}",
-                rule="rank-divergence",
-                severity="critical",
-                title=f"Ranks compiled {top.title} differently: {parts}"
-                + (f" ({_ranks_text(still)} still compiling)" if still else ""),
-                file=top.loc.file,
-                line=top.loc.line,
-                detail=WHY,
-                evidence=evidence,
-                fix=FIX,
-                rank=RANK_LIMIT + 50 + max(counts.values()) - fewest,
-                called_from=top.called_from,
-            )
+        compiled = sum(d.counts[r] for d, _ in mine)
+        recompiled = sum(frame.recompiles + len(d.opened[r]) for d, frame in mine)
+        running = sum(len(d.opened[r]) for d, _ in mine)
+        evidence.append(
+            f"rank {r}: {compiled} compile(s), {recompiled} recompile(s)"
+            + (f" of {len(mine)} frames" if len(group) > 1 else "")
+            + (f" ({running} still compiling)" if running else "")
+            + (f" — {'; '.join(said[:6])}" if said else "")
         )
-    return out
+    detail = WHY
+    if len(group) > 1:
+        detail = (
+            f"One change made the ranks compile {len(group)} frames differently, at the same step: "
+            f"{', '.join(titles)} (the frames one call runs through, split by graph breaks, recompile "
+            f"together). {WHY}"
+        )
+    return Finding(
+        id="rank-divergence:" + "+".join(titles),
+        rule="rank-divergence",
+        severity="critical",
+        title=f"Ranks compiled {what} differently: {parts}"
+        + (f" ({_ranks_text(still)} still compiling)" if still else ""),
+        file=top.frame.loc.file,
+        line=top.frame.loc.line,
+        detail=detail,
+        evidence=evidence,
+        fix=FIX,
+        rank=RANK_LIMIT + 50 + max(max(d.counts.values()) - d.fewest for d in group),
+        called_from=top.frame.called_from,
+    )
 
 
 def rule_cache_divergence(s: Session) -> list[Finding]:
@@ -289,3 +364,24 @@ def rule_rank_failed(s: Session) -> list[Finding]:
 
 
 RULES = (rule_compile_divergence, rule_cache_divergence, rule_rank_failed)
+
+# Rules whose figures are the whole job's (the ranks compared, the launcher's
+# exit, the machine's GPUs); every other rule reads the job's own store,
+# which holds one rank in full (ctmon/store/ranks.py): the primary.
+JOB_WIDE = ("rank-divergence", "rank-failed", "job-failed", "no-process-reported", "gpu-idle")
+
+
+def say_scope(s: Session, found: list[Finding]) -> None:
+    """In a job of several ranks, a finding read from one rank's store says
+    which rank in its title ("Compilation took 8.7 s ... — on rank 0"),
+    beside the report's totals, which are summed over the ranks."""
+    if len(s.ranks) < 2 or s.primary_rank is None:
+        return
+    for f in found:
+        if f.rule in JOB_WIDE or f.rule.startswith("rank-"):  # comparing ranks: every rank's figures
+            continue
+        if not f.title.endswith(SCOPE.format(rank=s.primary_rank)):
+            f.title += SCOPE.format(rank=s.primary_rank)
+
+
+SCOPE = " — on rank {rank}"

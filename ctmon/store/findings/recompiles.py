@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ctmon.store.findings import breaks as B
 from ctmon.store.findings import causes as C
 from ctmon.store.findings import guards as G
+from ctmon.store.findings import levers as L
 from ctmon.store.findings.guard_advice import bound_name, fix_for, loop_header, reachable, values_seen, what_changed
 from ctmon.store.findings.guard_advice import tensor_names as _tensor
 from ctmon.store.findings.guard_advice import values_taken as _values
@@ -86,7 +87,12 @@ def rule_recompile_limit(s: Session) -> list[Finding]:
         evidence.append(f"refused compile(s): {', '.join(refused[:5])}")
         dom = C.read_loops(s, f, _dominant(f))
         config = s.compile.config_in_force(c.compile_id for c, _ in dom)
-        fix = fix_for(dom[0][1], config=config, seen=values_seen(dom, limit_hit=True)) if dom else ""
+        site = L.call_site(s, f, dom[0][0]) if dom else None
+        fix = (
+            fix_for(dom[0][1], _values(dom), config=config, seen=values_seen(dom, limit_hit=True), site=site)
+            if dom
+            else ""
+        )
         if not dom or dom[0][1].kind != G.LOOP_BOUND:
             # a loop bound that takes a few values is the one case a higher
             # limit fixes: its advice says so, with the count of values seen
@@ -202,9 +208,12 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
             severity, rank = "info", RANK_RECOMPILES - 200 + n
             title = f"{frame.title} compiled {n + 1} sizes of dim {dim} of tensor '{name}' in its warm-up, none since"
             detail = _WARM_UP_DETAIL
+            site = L.call_site(s, frame, pairs[0][0])
+            named = _tensor(name, site)
             mark = (
-                f", or mark the dim dynamic (torch._dynamo.mark_dynamic({_tensor(name)[1]}, {dim})) to compile once"
-                if reachable(name)
+                f", or mark the dim dynamic to compile once: torch._dynamo.mark_dynamic({named.code}, {dim})"
+                f"{named.note}"
+                if (reachable(name) or named.expr is not None) and site.lever not in L.LIBRARY_LOOPS
                 else ""
             )
             fix = (
@@ -243,7 +252,7 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                     "dynamic after it."
                 )
             detail += _budget(s, frame) if n >= 2 else ""
-            fix = fix_for(g0, sizes)
+            fix = fix_for(g0, sizes, site=L.call_site(s, frame, pairs[0][0]))
         out.append(
             Finding(
                 id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
@@ -256,7 +265,6 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                 evidence=[_ev(c, g) for c, g in pairs[:8]],
                 fix=fix,
                 rank=rank,
-                argument=name,
             )
         )
     return out
@@ -483,7 +491,7 @@ def rule_other_guards(s: Session) -> list[Finding]:
                     + hint
                 ),
                 evidence=[_ev(c, g) for c, g in pairs[:8]],
-                fix=fix_for(g0, vals),
+                fix=fix_for(g0, vals, site=L.call_site(s, frame, pairs[0][0])),
                 rank=RANK_RECOMPILES + n,
             )
         )
