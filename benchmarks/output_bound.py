@@ -31,7 +31,6 @@ in one run on one machine:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -41,7 +40,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import harness
 
 JOB = r"""
 import os, sys, time
@@ -113,12 +112,8 @@ def _env(tree: str | None, cpu_file: str) -> dict[str, str]:
     return env
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--size-mb", type=int, default=300, help="output of each job in MB (default 300)")
     ap.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     ap.add_argument("--kinds", default="text,binary", help="text,binary,print (default text,binary)")
@@ -127,7 +122,7 @@ def main() -> None:
     )
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
     args = ap.parse_args()
-    trees = [t.split("=", 1) for t in args.tree] or [["ctmon", ROOT]]
+    trees = [t.split("=", 1) for t in args.tree] or [["ctmon", harness.ROOT]]
     kinds = args.kinds.split(",")
     py = shlex.quote(sys.executable)
     results: dict[str, dict[str, Figures]] = {}
@@ -180,10 +175,10 @@ def _print_table(results: dict[str, dict[str, Figures]], size_mb: int, reps: int
         plain = statistics.median(arms["plain"].job_s)
         for name, fig in arms.items():
             ratio = f"{statistics.median(fig.rec_ratio):.3f}" if fig.rec_ratio else "-"
-            cpu = _spread(fig.cpu_s) if fig.cpu_s else "-"
+            cpu = harness.spread_text(fig.cpu_s) if fig.cpu_s else "-"
             print(
-                f"| {kind} | {name} | {_spread(fig.job_s)} | {statistics.median(fig.job_s) / plain:.1f}x | "
-                f"{_spread(fig.wall_s)} | {cpu} | {ratio} |"
+                f"| {kind} | {name} | {harness.spread_text(fig.job_s)} | {statistics.median(fig.job_s) / plain:.1f}x | "
+                f"{harness.spread_text(fig.wall_s)} | {cpu} | {ratio} |"
             )
 
 

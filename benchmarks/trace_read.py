@@ -12,29 +12,20 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEED = os.path.join(ROOT, "tests", "workloads", "graph_breaks.py")
+import harness
 
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
+SEED = os.path.join(harness.ROOT, "tests", "workloads", "graph_breaks.py")
 
 
 def seed_log(tmp: str) -> str:
     trace = os.path.join(tmp, "seed")
-    subprocess.run([sys.executable, SEED], env=_env(TORCH_TRACE=trace), check=True, capture_output=True)
+    harness.run([sys.executable, SEED], harness.env(TORCH_TRACE=trace), check=True)
     (name,) = os.listdir(trace)
     return os.path.join(trace, name)
 
@@ -52,24 +43,13 @@ def build(seed: str, mb: int, out: str) -> int:
 
 
 def read_once(path: str) -> tuple[float, int, int]:
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        pid = os.posix_spawn(
-            sys.executable,
-            [sys.executable, "-m", "ctmon", "report", path, "--json"],
-            _env(),
-            file_actions=[(os.POSIX_SPAWN_DUP2, out.fileno(), 1)],
-        )
-        _, status, usage = os.wait4(pid, 0)
-        dt = time.perf_counter() - t0
-        out.seek(0)
-        compiles = json.loads(out.read())["compile"]["compiles"]
-    assert status == 0
-    return dt, usage.ru_maxrss * 1024, compiles
+    """Wall seconds, peak RSS in bytes and the compiles found, of one ``ctmon report LOG --json``."""
+    dt, rss, out = harness.usage(harness.ctmon_cmd("report", path, "--json"))
+    return dt, rss, json.loads(out)["compile"]["compiles"]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--sizes", default="50,200,500")
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()

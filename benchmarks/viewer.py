@@ -1,151 +1,196 @@
 """The viewer's own costs: ingest speed, memory, idle CPU, event-to-screen latency.
 
-  ingest    a synthetic firehose through the real reader (RecordingFeed) into the
-            real store and the headless TUI: events/s folded, repaints/s meanwhile.
-            Two mixes: "steady" (a training job at full tilt: output lines, step
-            batches, GPU samples, a few compile/cache events) and "storm" (a
-            compile storm: recompiles over 400 frames, graph breaks at 300 sites).
-  rss       the same app after ingesting 1M events of the steady mix, in a fresh
-            process (so nothing but the viewer is in its memory).
-  idle      a real job under ctmon (steady steps and output, 25 events/s, and a
-            fresh function compiled with a graph break every 2 s) watched by the
-            headless TUI for N seconds: CPU % of one core used by the viewer.
+Everything runs the real feed, store and Textual app, headless (160x48
+unless said). The recordings are synthetic (jobs/recordings.py).
+
+  ingest    a firehose through the real reader (RecordingFeed) into the store
+            and the app: events/s folded, repaints/s meanwhile, for two mixes:
+            "steady" (a training job at full tilt: output lines, step batches,
+            GPU samples, a few compile/cache events) and "storm" (a compile
+            storm: recompiles over 400 frames, graph breaks at 300 sites).
+  firehose  the storm mix alone at each of ``--sizes`` (160x48 and 80x24),
+            with the longest gap between repaints, and an idle live screen (a
+            job with 5,000 events of history gone quiet) for
+            ``--idle-seconds``; exit 1 under 10 repaints a second while
+            folding.
+  rss       the same app after ingesting 1M events of the steady mix, in a
+            fresh process (so nothing but the viewer is in its memory).
+  idle      a real job under ctmon (jobs/paced_steps.py: 25 steps/s, an
+            output line every other step and, unless ``--no-compiles``, a fresh
+            function compiled with a graph break every 2 s) watched for
+            ``--seconds``: the viewer's CPU % of one core and repaints/s;
   latency   the same run: for each event, the time from when it happened (its
             `t`) to the first repaint after it was folded, p50/p99, for the
-            steady stream (steps, output) and for compiles and graph breaks.
+            steady stream (steps, output) and for compiles and graph breaks
+            (``idle`` and ``latency`` are one measurement).
 
-Usage: python benchmarks/viewer.py {ingest,rss,idle,latency,all} [--events N] [--seconds S] [--no-compiles]
+Usage: python benchmarks/viewer.py {ingest,firehose,rss,idle,latency,all} [--events N] [--seconds S]
+           [--no-compiles] [--sizes 160x48,80x24] [--idle-seconds 10]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import bisect
 import json
 import os
-import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import harness
+from jobs.recordings import steady_events, storm_events, write
 
-from ctmon.wire import protocol  # noqa: E402
+from ctmon.tui.app import CtmonApp
+from ctmon.wire import protocol
+from ctmon.wire.feeds import RecordingFeed
+
+REQUIRED_REPAINTS_PER_S = 10.0
 
 
-def steady_events(n: int, seed: int = 0):  # type: ignore[no-untyped-def]
-    """A training job at full tilt, as a generator (1M events never sit in memory)."""
-    rng = random.Random(seed)
-    t = 1.7e9
-    yield {
-        "kind": "session",
-        "t": t,
-        "v": 1,
-        "ctmon": "0.1.0",
-        "id": "steady",
-        "mode": "attach",
-        "command": ["python", "train.py"],
-        "cwd": "/home/alice/proj",
-        "host": "bench",
-        "pid": 1,
-        "job_pid": 2,
+def count_repaints(app: CtmonApp, into: list[float], clock: Callable[[], float]) -> None:
+    """Note in ``into`` when each screen update Textual composes is sent out
+    (``App._display`` with something to draw, outside a batch)."""
+    real_display = app._display
+
+    def counting_display(screen: Any, renderable: Any) -> Any:
+        if renderable is not None and not app._batch_count:
+            into.append(clock())
+        return real_display(screen, renderable)
+
+    app._display = counting_display  # type: ignore[method-assign]
+
+
+class FoldTimedApp(CtmonApp):
+    """The app, noting when it folds events (to know when ingestion ran)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ingests: list[tuple[float, float]] = []
+
+    async def on_ingest(self, message: Any) -> None:
+        t0 = time.perf_counter()
+        await super().on_ingest(message)
+        self.ingests.append((t0, time.perf_counter()))
+
+
+# ---------------------------------------------------------- ingest, firehose
+
+
+async def ingest_rate(path: str, n_events: int, size: tuple[int, int], timeout: float) -> dict[str, Any]:
+    """A recording read by the real feed into the app: events folded a second,
+    and the repaints Textual composed while they were folded."""
+    app = FoldTimedApp(RecordingFeed(path))
+    displays: list[float] = []
+    count_repaints(app, displays, time.perf_counter)
+    ingests = app.ingests
+    cpu0 = time.process_time()
+    async with app.run_test(size=size) as pilot:
+        deadline = time.perf_counter() + timeout
+        while not app.loaded and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+        await pilot.pause(0.2)
+        loaded = app.loaded
+        applied = app.applied
+        compiles = app.full.compile.compile_count
+        view_refreshes = app.view_refreshes
+    cpu = time.process_time() - cpu0
+    start, end = ingests[0][0], ingests[-1][1]
+    during = [d for d in displays if start <= d <= end]
+    gaps = [b - a for a, b in zip([start] + during, during + [end], strict=False)]
+    duration = end - start
+    return {
+        "terminal": f"{size[0]}x{size[1]}",
+        "events": applied,
+        "complete": loaded and applied == n_events,
+        "ingest_s": round(duration, 3),
+        "events_per_s": round(applied / duration) if duration > 0 else None,
+        "repaints": len(during),
+        "repaints_per_s": round(len(during) / duration, 1) if duration > 0 else None,
+        "max_gap_ms": round(max(gaps) * 1000, 1) if gaps else None,
+        "view_refreshes": view_refreshes,
+        "compiles_in_store": compiles,
+        "process_cpu_s": round(cpu, 2),
     }
-    yield {"kind": "torch", "t": t, "torch": "2.11.0+cu130", "cuda": "13.0"}
-    i0 = 0
-    for k in range(n - 3):
-        t += 0.0005
-        r = rng.random()
-        if r < 0.60:
-            yield {
-                "kind": "output",
-                "t": t,
-                "stream": "stdout",
-                "data": f"step {k} loss {rng.random():.4f} lr 3.0e-04 tok/s 412331\n",
-            }
-        elif r < 0.90:
-            ns = [int(rng.gauss(1e6, 5e4)) for _ in range(16)]
-            yield {"kind": "steps", "t": t, "src": "optimizer", "i0": i0, "ns": ns}
-            i0 += len(ns)
-        elif r < 0.95:
-            yield {
-                "kind": "sample",
-                "t": t,
-                "cpu_percent": 101.0,
-                "rss": 1 << 33,
-                "tree_rss": 1 << 34,
-                "threads": 40,
-                "procs": 9,
-                "gpus": [
-                    {
-                        "index": g,
-                        "name": "NVIDIA H100 80GB HBM3",
-                        "util": rng.randrange(90, 100),
-                        "mem_used": 1 << 36,
-                        "mem_total": 85899345920,
-                        "power_w": 600.0,
-                        "power_limit_w": 700.0,
-                        "temp_c": 61,
-                        "proc_mem": 1 << 35,
-                    }
-                    for g in range(8)
-                ],
-            }
-        elif r < 0.97:
-            yield {"kind": "cache", "t": t, "compile_id": f"{k % 7}/0", "cache": "fx_graph", "result": "hit"}
-        elif r < 0.99:
-            f = k % 50
-            yield {
-                "kind": "compile",
-                "t": t,
-                "compile_id": f"{f}/{k}",
-                "frame_id": f,
-                "co_name": "forward",
-                "co_filename": "/home/alice/proj/model.py",
-                "co_firstlineno": 10 + f,
-                "entire_frame_compile_time_s": 0.2,
-                "recompile_reason": f"{f}/0: tensor 'x' size mismatch at index 1. expected 8, actual 9",
-            }
-        else:
-            yield {
-                "kind": "graph_break",
-                "t": t,
-                "compile_id": "0/0",
-                "frame_id": 1,
-                "file": "/home/alice/proj/model.py",
-                "line": 100 + k % 40,
-                "summary": "Data-dependent branching",
-                "reason": "Data-dependent branching",
-            }
-    yield {"kind": "exit", "t": t + 1, "code": 0, "signal": None}
 
 
-def write(events, path: str) -> int:  # type: ignore[no-untyped-def]
-    n = 0
-    with open(path, "wb") as f:
-        for ev in events:
-            f.write(protocol.encode(ev))
-            n += 1
-    return n
+async def quiet_screen(events: list[dict[str, Any]], size: tuple[int, int], seconds: float) -> dict[str, Any]:
+    """A live job that has gone quiet: what does the screen cost?"""
+    from ctmon.tui.testing import QueueFeed, wait_applied
+
+    feed = QueueFeed()
+    feed.push([e for e in events if e.get("kind") != "exit"][:5000])
+    app = CtmonApp(feed, launched=True)
+    displays: list[float] = []
+    count_repaints(app, displays, time.perf_counter)
+    async with app.run_test(size=size) as pilot:
+        await wait_applied(pilot, 1)
+        await wait_applied(pilot, app.applied)
+        await asyncio.sleep(1.0)
+        displays.clear()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+        feed.end()
+    return {
+        "terminal": f"{size[0]}x{size[1]}",
+        "seconds": round(wall, 1),
+        "cpu_percent": round(100 * cpu / wall, 2),
+        "repaints_per_s": round(len(displays) / wall, 2),
+    }
 
 
 def ingest(n: int, size: tuple[int, int] = (160, 48)) -> dict[str, Any]:
-    from tui_firehose import measure, synthetic_events
-
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mix in ("steady", "storm"):
             path = os.path.join(tmp, f"{mix}.jsonl")
-            count = write(steady_events(n) if mix == "steady" else synthetic_events(n), path)
-            res = asyncio.run(measure(path, count, size, 600))
+            count = write(steady_events(n) if mix == "steady" else storm_events(n), path)
+            res = asyncio.run(ingest_rate(path, count, size, 600))
             res["mix"] = mix
             res["mib"] = round(os.path.getsize(path) / (1 << 20), 1)
             out[mix] = res
     return out
+
+
+def firehose(n: int, sizes: str, idle_seconds: float, timeout: float = 300.0) -> dict[str, Any]:
+    events = storm_events(n)
+    idle = asyncio.run(quiet_screen(events, (160, 48), idle_seconds)) if idle_seconds > 0 else None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "firehose.jsonl")
+        count = write(events, path)
+        mib = os.path.getsize(path) / (1 << 20)
+        del events
+        results = []
+        for spec in sizes.split(","):
+            w, h = (int(x) for x in spec.lower().split("x"))
+            results.append(asyncio.run(ingest_rate(path, count, (w, h), timeout)))
+    ok = all(r["complete"] and (r["repaints_per_s"] or 0) >= REQUIRED_REPAINTS_PER_S for r in results)
+    return {"events": count, "recording_mib": round(mib, 1), "results": results, "idle": idle, "ok": ok}
+
+
+def firehose_text(r: dict[str, Any]) -> str:
+    lines = [f"{r['events']:,} events ({r['recording_mib']} MiB of JSON lines)"]
+    for x in r["results"]:
+        lines.append(
+            f"  {x['terminal']:>7}: {x['events_per_s']:,} events/s over {x['ingest_s']} s, "
+            f"{x['repaints_per_s']} repaints/s ({x['repaints']} repaints, longest gap {x['max_gap_ms']} ms)"
+            + ("" if x["complete"] else "  INCOMPLETE")
+        )
+    if r.get("idle"):
+        i = r["idle"]
+        lines.append(
+            f"  idle live screen ({i['terminal']}, {i['seconds']} s): {i['cpu_percent']}% CPU, "
+            f"{i['repaints_per_s']} repaints/s"
+        )
+    lines.append(f"  {'OK' if r['ok'] else 'FAIL'}: at least {REQUIRED_REPAINTS_PER_S:g} repaints/s required")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------- rss
 
 
 RSS_CHILD = r"""
@@ -171,54 +216,26 @@ def rss(n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "steady.jsonl")
         count = write(steady_events(n), path)
-        out = subprocess.run(
-            [sys.executable, "-c", RSS_CHILD, path, ROOT], capture_output=True, text=True, timeout=1200
-        )
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
+        out = harness.run([sys.executable, "-c", RSS_CHILD, path, harness.ROOT], timeout=1200, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
         res["generated"] = count
         res["mib"] = round(os.path.getsize(path) / (1 << 20), 1)
         return res
 
 
-JOB = r"""
-import sys, time, ctmon
-period, seconds = float(sys.argv[1]), float(sys.argv[2])
-torch = None
-if len(sys.argv) > 3:  # with compile events: a fresh function compiled every 2 s
-    import torch
-    torch._dynamo.config.cache_size_limit = 10_000
-end = time.time() + seconds
-k = 0
-while time.time() < end:
-    time.sleep(period)
-    ctmon.step()
-    k += 1
-    if k % 2 == 0:
-        print(f"step {k} loss 0.{k % 9973:04d}", flush=True)
-    if torch is not None and k % 50 == 0:
-        src = f"def f{k}(x):\n    y = x + {k}\n    print('break')\n    return y * 2\n"
-        scope = {}
-        exec(compile(src, f"/bench/model_{k}.py", "exec"), scope)
-        torch.compile(scope[f"f{k}"], backend="eager")(torch.ones(4))
-"""
+# ------------------------------------------------------------- idle, latency
 
 
 async def _watch_job(period: float, seconds: float, size: tuple[int, int], compiles: bool) -> dict[str, Any]:
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
-    from ctmon.tui.app import CtmonApp
     from ctmon.wire.feeds import SocketFeed
 
     tmp = tempfile.mkdtemp(prefix="ctmon-viewer-")
-    script = os.path.join(tmp, "job.py")
-    with open(script, "w") as f:
-        f.write(JOB)
     d = start_detached(
         JobSpec(
             "script",
-            script,
+            harness.job("paced_steps.py"),
             [str(period), str(seconds + 6)] + (["compile"] if compiles else []),
             cwd=tmp,
             python=sys.executable,
@@ -229,21 +246,14 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int], compi
     refreshes: list[tuple[float, int]] = []  # (when, events folded so far)
     displays: list[float] = []
 
-    class TimedApp(CtmonApp):
+    class RefreshTimedApp(CtmonApp):
         def refresh_views(self, force: bool = False) -> int:
             changed = super().refresh_views(force)
             refreshes.append((time.time(), self.applied))
             return changed
 
-    app = TimedApp(feed, launched=True)
-    real_display = app._display
-
-    def counting_display(screen, renderable):  # type: ignore[no-untyped-def]
-        if renderable is not None and not app._batch_count:
-            displays.append(time.time())
-        return real_display(screen, renderable)
-
-    app._display = counting_display  # type: ignore[method-assign]
+    app = RefreshTimedApp(feed, launched=True)
+    count_repaints(app, displays, time.time)
     async with app.run_test(size=size) as pilot:
         await asyncio.sleep(8.0 if compiles else 3.0)  # start-up (torch's import): history caught up
         displays.clear()
@@ -259,8 +269,6 @@ async def _watch_job(period: float, seconds: float, size: tuple[int, int], compi
     # for (compiles, graph breaks), apart: they repaint at different cadences
     steady: list[float] = []
     urgent: list[float] = []
-    import bisect
-
     counts = [n for _, n in refreshes]
     with open(os.path.join(tmp, "rec.jsonl"), "rb") as f:
         index = 0
@@ -302,30 +310,30 @@ def idle_and_latency(seconds: float, compiles: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ingest", "rss", "idle", "latency", "all"])
+    ap = harness.parser(__doc__)
+    ap.add_argument("what", choices=["ingest", "firehose", "rss", "idle", "latency", "all"])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--rss-events", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--no-compiles", action="store_true", help="idle job without torch (no compile events)")
+    ap.add_argument("--sizes", default="160x48,80x24", help="firehose: terminal sizes")
+    ap.add_argument("--idle-seconds", type=float, default=10.0, help="firehose: the quiet live screen (0: skip)")
     a = ap.parse_args()
-    import platform
-
     import textual
 
-    res: dict[str, Any] = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "python": platform.python_version(),
-        "textual": textual.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-    }
+    res: dict[str, Any] = {"machine": harness.machine(), "textual": textual.__version__}
     if a.what in ("ingest", "all"):
         res["ingest"] = ingest(a.events)
+    if a.what == "firehose":
+        res["firehose"] = firehose(a.events, a.sizes, a.idle_seconds)
+        print(firehose_text(res["firehose"]), file=sys.stderr)
     if a.what in ("rss", "all"):
         res["rss"] = rss(a.rss_events)
     if a.what in ("idle", "latency", "all"):
         res["idle_latency"] = idle_and_latency(a.seconds, not a.no_compiles)
     print(json.dumps(res, indent=2))
+    if a.what == "firehose" and not res["firehose"]["ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

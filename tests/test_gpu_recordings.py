@@ -1,6 +1,6 @@
 """Recordings made on an H100 (torch 2.11, CUDA 13), replayed where CI has no GPU.
 
-They were recorded by `ctmon record` running benchmarks/gpu_check.py's
+They were recorded by `ctmon record` running benchmarks/gpu/check.py's
 reduce-overhead workload and demos/inference_buckets.py --device cuda
 --mode reduce-overhead --fix: what only a GPU produces (device-timed steps,
 Triton autotuning, a cudagraph skip, NVML samples) must come out of the

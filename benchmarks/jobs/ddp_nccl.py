@@ -1,7 +1,7 @@
 """A compiled DDP training over NCCL, one GPU per rank: the per-rank view on a
 machine with several GPUs. Run under torchrun:
 
-    ctmon record -- torchrun --nproc_per_node 2 benchmarks/gpu_nccl_job.py [--diverge-at 10] [--timeout 20]
+    ctmon record -- torchrun --nproc_per_node 2 benchmarks/jobs/ddp_nccl.py [--diverge-at 10] [--timeout 20]
 
 Each step logs its loss with ``.item()``, as training loops do, so a rank
 whose peer is late blocks in that step (its stream waits on the all-reduce).

@@ -10,12 +10,11 @@
   costs        host cost of the CUDA calls the hook makes, and of an NVML sample.
 
 Every sub-command prints JSON; --out DIR also writes it (and recordings) there.
-Usage: python benchmarks/gpu_check.py {timing,events,trace-names,costs,all} [--out DIR]
+Usage: python benchmarks/gpu/check.py {timing,events,trace-names,costs,all} [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,28 +23,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
-
-def _ctmon(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ctmon", *args], capture_output=True, text=True, env=env or _env(), timeout=timeout
-    )
-
-
-def _report(rec: str) -> dict:
-    out = _ctmon("report", rec, "--json")
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr)
-    return json.loads(out.stdout)
+def _ctmon(*args: str) -> subprocess.CompletedProcess[str]:
+    return harness.run(harness.ctmon_cmd(*args))
 
 
 # ------------------------------------------------------------------ timing
@@ -93,12 +76,12 @@ def timing(out_dir: str) -> dict:
         run = _ctmon("record", "-q", "-o", rec, script, str(width), str(steps), "nosync", "default", str(batch))
         if run.returncode != 0:
             raise RuntimeError(run.stderr[-3000:])
-        rep = _report(rec)
+        rep = harness.report(rec)
         sync = subprocess.run(
             [sys.executable, script, str(width), str(steps), "sync", "default", str(batch)],
             capture_output=True,
             text=True,
-            env=_env(),
+            env=harness.env(),
             timeout=900,
         )
         own = json.loads([ln for ln in sync.stdout.splitlines() if ln.startswith("SELF ")][0][5:])["intervals_ms"]
@@ -162,11 +145,11 @@ def events(out_dir: str) -> dict:
     script = os.path.join(out_dir, "modes.py")
     with open(script, "w") as f:
         f.write(MODES)
-    modes = ("default", "reduce-overhead")  # max-autotune: see benchmarks/modes.py
+    modes = ("default", "reduce-overhead")  # max-autotune: see benchmarks/gpu/modes.py
     procs = {}
     for mode in modes:  # in parallel: compiles are CPU-bound and GPU hosts have cores to spare
         rec = os.path.join(out_dir, f"modes_{mode}.jsonl")
-        env = _env(TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+        env = harness.env(TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
         procs[mode] = (
             rec,
             subprocess.Popen(
@@ -180,7 +163,7 @@ def events(out_dir: str) -> dict:
     out = {}
     for mode, (rec, p) in procs.items():
         _, err = p.communicate(timeout=900)
-        rep = _report(rec)
+        rep = harness.report(rec)
         kinds: dict[str, int] = {}
         with open(rec) as f:
             for line in f:
@@ -245,7 +228,7 @@ def trace_names(out_dir: str) -> dict:
             [sys.executable, dump, script, mode],
             capture_output=True,
             text=True,
-            env=_env(TORCHINDUCTOR_CACHE_DIR=cache),
+            env=harness.env(TORCHINDUCTOR_CACHE_DIR=cache),
             timeout=900,
         )
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith("DUMP ")]
@@ -299,7 +282,7 @@ def costs() -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("what", choices=["timing", "events", "trace-names", "costs", "all"])
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -316,7 +299,7 @@ def main() -> None:
                 "events": lambda: events(out_dir),
                 "trace-names": lambda: trace_names(out_dir),
             }[what]()
-        except Exception as e:  # keep going: one failing check must not hide the others
+        except (Exception, SystemExit) as e:  # keep going: one failing check must not hide the others
             res[what] = {"error": f"{type(e).__name__}: {e}"[:3000]}
         res[f"{what}_seconds"] = round(time.time() - t0, 1)
         print(f"[{what}] done in {res[f'{what}_seconds']} s", file=sys.stderr, flush=True)

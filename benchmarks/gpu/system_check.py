@@ -1,17 +1,16 @@
 """The report's ``system`` section beside nvidia-smi polled during the same
 run (on the GPU machine).
 
-Runs benchmarks/gpu_system_job.py under ``ctmon record`` while
+Runs benchmarks/jobs/gpu_phases.py under ``ctmon record`` while
 ``nvidia-smi`` polls every 200 ms, then compares, over the window of
 ctmon's own samples: mean GPU utilisation (the two read NVML's utilisation,
 each at its own moments), the device memory peak, and mean power.
 
-Usage: python benchmarks/gpu_system_check.py [--phase-s 15] [--out DIR]
+Usage: python benchmarks/gpu/system_check.py [--phase-s 15] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import json
@@ -20,11 +19,12 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--phase-s", type=float, default=15.0)
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="ctmon-system-"))
     args = ap.parse_args()
@@ -37,17 +37,12 @@ def main() -> None:
             ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-lms", "200"], stdout=smi_out
         )
         try:
-            job = [sys.executable, "-m", "ctmon", "record", "-q", "-o", rec, "--"]
-            job += [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_system_job.py"), str(args.phase_s)]
-            subprocess.run(job, check=True, timeout=600)
+            job = [sys.executable, harness.job("gpu_phases.py"), str(args.phase_s)]
+            harness.run(harness.record_cmd(rec, job), timeout=600, check=True)
         finally:
             smi.terminate()
             smi.wait(10)
-    rep = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True, text=True, check=True
-        ).stdout
-    )
+    rep = harness.report(rec)
     times = [json.loads(line)["t"] for line in open(rec) if '"kind":"sample"' in line.replace(" ", "")]
     t0, t1 = min(times), max(times)
     rows = []

@@ -13,9 +13,9 @@ For each round this script
 and prints one JSON object: per round and GPU the panel's utilisation and
 memory next to nvidia-smi's, their differences, and whether they agree.
 
-    python benchmarks/gpu_panel_check.py                 # 5 rounds, 1 s apart
-    python benchmarks/gpu_panel_check.py --burn          # keep the GPUs busy meanwhile (needs torch with CUDA)
-    python benchmarks/gpu_panel_check.py --rounds 10 --interval 0.5
+    python benchmarks/gpu/panel_check.py                 # 5 rounds, 1 s apart
+    python benchmarks/gpu/panel_check.py --burn          # keep the GPUs busy meanwhile (needs torch with CUDA)
+    python benchmarks/gpu/panel_check.py --rounds 10 --interval 0.5
 
 Agreement: utilisation within --util-tol percentage points (NVML averages it
 over its own sample period, so two reads ~0.1 s apart can differ a little on
@@ -42,9 +42,8 @@ import sys
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 MIB = 1 << 20
@@ -173,7 +172,7 @@ def burn() -> subprocess.Popen[bytes] | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--util-tol", type=float, default=10.0, help="percentage points (default 10)")

@@ -1,4 +1,5 @@
-"""One process's part of benchmarks/hook_cost.py (run under ``ctmon record``).
+"""One process's part of ``benchmarks/hook_cost.py rounds`` (run under ``ctmon record``),
+and the loops and switches ``hook_cost.py fine`` (jobs/hook_cost_fine_job.py) builds on.
 
 A compiled training loop, sized to about ``--step-ms`` a step, times many
 short rounds in interleaved arms (``--arms``), in a fresh random order per

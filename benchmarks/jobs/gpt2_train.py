@@ -2,7 +2,7 @@
 under torch.compile(model) on CUDA with bf16 autocast, batch 8 x 256 tokens,
 until stopped: the library model ``ctmon bench`` is measured on.
 
-    ctmon bench --modes eager,default,reduce-overhead --steps 120 benchmarks/bench_gpt2_train.py
+    ctmon bench --modes eager,default,reduce-overhead --steps 120 benchmarks/jobs/gpt2_train.py
 """
 
 from __future__ import annotations

@@ -12,13 +12,12 @@ cache each time, as a fresh job would have), then ctmon's report gives:
   peak_mem_gib  the job's largest GPU memory in ctmon's samples (NVML)
   autotune      Triton kernels ctmon saw compiled/tuned; cudagraph skips
 
-Usage: python benchmarks/modes.py [--demos gpt_baseline,inference_buckets] [--modes ...] [--out DIR]
-                                  [--timeout S] [--cache-dir DIR]
+Usage: python benchmarks/gpu/modes.py [--demos gpt_baseline,inference_buckets] [--modes ...] [--out DIR]
+                                      [--timeout S] [--cache-dir DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+
 DEMO_ARGS = {
     "gpt_baseline": ["--steps", "120"],
     "inference_buckets": ["--fix", "--steps", "200"],
@@ -36,27 +37,13 @@ MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | None = None, device: str = "cuda") -> dict:
     rec = os.path.join(out_dir, f"{demo}_{mode}.jsonl")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = harness.env()
     if cache_dir:  # kept between runs: a second attempt reuses what a stopped one compiled and tuned
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"{demo}_{mode}")
     else:
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctmon",
-        "record",
-        "-q",
-        "-o",
-        rec,
-        os.path.join(ROOT, "demos", f"{demo}.py"),
-        "--device",
-        device,
-        "--mode",
-        mode,
-        *DEMO_ARGS[demo],
-    ]
+    demo_cmd = [sys.executable, os.path.join(harness.ROOT, "demos", f"{demo}.py"), "--device", device, "--mode", mode]
+    cmd = harness.record_cmd(rec, [*demo_cmd, *DEMO_ARGS[demo]])
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     error = None
@@ -78,11 +65,7 @@ def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | Non
         return {"demo": demo, "mode": mode, "error": stderr[-800:]}
     if not os.path.exists(rec):
         return {"demo": demo, "mode": mode, "error": error or "no recording"}
-    rep = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "ctmon", "report", rec, "--json"], capture_output=True, text=True, env=env
-        ).stdout
-    )
+    rep = harness.report(rec, env)
     first_compile = first_boundary = last_t = None
     source = rep["steps"].get("source")
     peak = 0
@@ -131,7 +114,7 @@ def run(demo: str, mode: str, out_dir: str, timeout: float, cache_dir: str | Non
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--demos", default="gpt_baseline,inference_buckets")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", default=None)

@@ -1,7 +1,7 @@
 """Two ranks sharing one GPU (gloo), each compiling its model with Inductor:
 the per-rank view on a CUDA machine. Run under torchrun:
 
-    ctmon record -- torchrun --nproc_per_node 2 benchmarks/gpu_ranks_job.py [--diverge]
+    ctmon record -- torchrun --nproc_per_node 2 benchmarks/jobs/ddp_gloo_one_gpu.py [--diverge]
 
 --diverge: rank 1 alone gets a short batch at step 10 and recompiles.
 """

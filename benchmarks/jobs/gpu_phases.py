@@ -1,4 +1,4 @@
-"""A GPU job with three phases for benchmarks/gpu_system_check.py: busy
+"""A GPU job with three phases for benchmarks/gpu/system_check.py: busy
 (compiled matmuls back to back), half idle (the host sleeps between
 steps), and a memory peak held for a few seconds (so a 1 Hz sampler and a
 faster poll see the same peak)."""
