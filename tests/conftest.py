@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,52 @@ os.environ["XDG_STATE_HOME"] = os.path.join(_SESSION_TMP, "state")
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # Keep torch quiet and deterministic in subprocesses.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inductor on a CPU otherwise checks, in every process, that the compiler
+# builds and loads code for each vector ISA the CPU names: a few C++ builds
+# per new cache dir (about 10 s of a cold compile here) and a Python child
+# per ISA in every process, warm ones too. The tests' jobs trust the CPU's
+# flags instead; what ctmon records (compiles, cache hits and misses) is the same.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 
 @pytest.fixture
 def workloads() -> str:
     return os.path.join(ROOT, "tests", "workloads")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N`` alone: whole test files to a worker (``--dist loadfile``).
+
+    Many files make their recordings of real jobs once, in a module-scoped
+    fixture; xdist's default ``load`` hands a file's tests to both workers
+    and each would make them again. A ``--dist`` given on the command line
+    (or in PYTEST_ADDOPTS) is kept."""
+    given = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    chosen = config.getoption("distload") or any(a == "--dist" or a.startswith("--dist=") for a in given)
+    if config.getoption("dist") != "load" or chosen:
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    return LoadFileScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def graph_breaks_trace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """PyTorch's own TORCH_TRACE of tests/workloads/graph_breaks.py run with
+    plain ``python``: made once per worker for every test that reads such a
+    trace (read it, copy it; never write into it)."""
+    import subprocess
+
+    from helpers import env_with, workload
+
+    trace = str(tmp_path_factory.mktemp("graph-breaks-trace") / "trace")
+    out = subprocess.run(
+        [sys.executable, workload("graph_breaks.py")],
+        env=env_with(TORCH_TRACE=trace),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return trace

@@ -98,6 +98,7 @@ def backward(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_backward_break_quotes_pytorchs_hint_first_with_the_real_setting_name(backward):
     r = backward["broken"]
     (f,) = r.breaks()
@@ -112,6 +113,7 @@ def test_backward_break_quotes_pytorchs_hint_first_with_the_real_setting_name(ba
     assert {c.get("trace_autograd_ops") for c in r.configs()} == {False}
 
 
+@pytest.mark.slow
 def test_applying_pytorchs_hint_moves_the_break_to_its_next_hint(backward):
     r = backward["setting"]
     assert {c.get("trace_autograd_ops") for c in r.configs()} == {True}  # the setting reached the compiles
@@ -122,6 +124,7 @@ def test_applying_pytorchs_hint_moves_the_break_to_its_next_hint(backward):
     assert r.counts["graph_breaks"] <= backward["broken"].counts["graph_breaks"]
 
 
+@pytest.mark.slow
 def test_both_hints_applied_give_one_graph_and_the_same_gradient(backward):
     r = backward["fixed"]
     assert r.counts["graph_breaks"] == 0 and r.counts["compiles"] == 1 and r.counts["recompiles"] == 0
@@ -150,6 +153,7 @@ def _suggests_capture_scalars(fix: str) -> bool:
     return bool(re.search(r"capture_scalar_outputs`?\s*=\s*`?True", fix))
 
 
+@pytest.mark.slow
 def test_a_setting_already_on_is_not_suggested_and_the_advice_says_so(scalars):
     r = scalars["on"]
     assert {c.get("capture_scalar_outputs") for c in r.configs()} == {True}
@@ -164,12 +168,14 @@ def test_a_setting_already_on_is_not_suggested_and_the_advice_says_so(scalars):
     assert all("capture_scalar_outputs is already True in this job" in x["fix"] for x in item), item
 
 
+@pytest.mark.slow
 def test_returning_the_tensor_removes_the_break(scalars):
     r = scalars["on_fixed"]
     assert r.counts["graph_breaks"] == 0 and r.counts["recompiles"] == 0
     assert r.breaks() == [] and r.loud() == []
 
 
+@pytest.mark.slow
 def test_the_setting_is_suggested_while_off_and_applying_it_removes_the_break(scalars):
     r = scalars["item"]
     assert {c.get("capture_scalar_outputs") for c in r.configs()} == {False}

@@ -72,6 +72,7 @@ def runs(tmp_path_factory: Any) -> dict[str, Recorded]:
     return record_all(tmp_path_factory.mktemp("ddp"), jobs)
 
 
+@pytest.mark.slow
 def test_ddp_over_sequential_gets_one_finding_with_the_fix_that_works(runs: dict[str, Recorded]) -> None:
     r = runs["plain"]
     assert r.rep["compile"]["compiles"] > 0 and not any(compiled_ops(r).values())  # nothing of the model compiled
@@ -92,6 +93,7 @@ def test_ddp_over_sequential_gets_one_finding_with_the_fix_that_works(runs: dict
     )
 
 
+@pytest.mark.slow
 def test_ddp_compiled_in_place_gets_the_same_finding(runs: dict[str, Recorded]) -> None:
     r = runs["method"]  # DDP(model).compile()
     assert [(sev, fid) for sev, fid, _ in r.loud()] == [("warning", "empty-graphs:ddp")], r.loud()
@@ -102,6 +104,7 @@ def test_ddp_compiled_in_place_gets_the_same_finding(runs: dict[str, Recorded]) 
     assert (call["target"], call["wraps"]) == ("DistributedDataParallel._call_impl", "Sequential")
 
 
+@pytest.mark.slow
 def test_the_fix_applied_compiles_the_model_and_keeps_ddps_bucket_split(runs: dict[str, Recorded]) -> None:
     r = runs["inner"]
     assert not r.rule("empty-graphs") and not r.loud(), r.loud()
@@ -112,6 +115,7 @@ def test_the_fix_applied_compiles_the_model_and_keeps_ddps_bucket_split(runs: di
     assert (call["target"], call["wraps"]) == ("Sequential", None)
 
 
+@pytest.mark.slow
 def test_a_module_of_the_users_own_under_ddp_is_compiled(runs: dict[str, Recorded]) -> None:
     r = runs["user-module"]
     assert not r.rule("empty-graphs") and not r.loud(), r.loud()
@@ -126,6 +130,7 @@ def test_a_module_of_the_users_own_under_ddp_is_compiled(runs: dict[str, Recorde
     assert compiled_ops(other) == {"Net.forward": 3} and ddp_optimizer_compiles(other) >= 1
 
 
+@pytest.mark.slow
 def test_ddps_frames_at_one_line_are_told_apart(runs: dict[str, Recorded]) -> None:
     for name in ("plain", "user-module"):
         titles = [f["name"] for f in runs[name].rep["frames"]]
@@ -134,6 +139,7 @@ def test_ddps_frames_at_one_line_are_told_apart(runs: dict[str, Recorded]) -> No
 
 
 @pytest.mark.skipif(not HAS_ACCELERATE, reason="accelerate is not installed")
+@pytest.mark.slow
 def test_accelerates_compile_gets_the_lever_the_user_has(runs: dict[str, Recorded]) -> None:
     r = runs["accelerate"]
     assert [(sev, fid) for sev, fid, _ in r.loud()] == [("warning", "empty-graphs:ddp")], r.loud()

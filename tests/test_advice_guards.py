@@ -86,6 +86,7 @@ def _advises_what_works(fix: str) -> None:
     assert "torch.while_loop" in fix and "torch.no_grad()" in fix
 
 
+@pytest.mark.slow
 def test_a_loop_bound_is_named_as_such_with_advice_that_works(loop):
     r = loop["broken"]
     assert r.counts["limit_hits"] >= 1
@@ -101,6 +102,7 @@ def test_a_loop_bound_is_named_as_such_with_advice_that_works(loop):
     assert "If 'k' only ever takes a few values" in f["fix"] and "recompile_limit to at least" in f["fix"]
 
 
+@pytest.mark.slow
 def test_the_limit_finding_counts_the_values_instead_of_saying_raising_only_postpones(loop):
     (f,) = loop["broken"].rule("recompile-limit")
     assert f["severity"] == "critical"
@@ -112,12 +114,14 @@ def test_the_limit_finding_counts_the_values_instead_of_saying_raising_only_post
     assert 5 <= VALUES
 
 
+@pytest.mark.slow
 def test_dynamic_true_still_recompiles_every_bound(loop):
     r = loop["dynamic"]
     assert r.counts["limit_hits"] >= 1 and r.counts["recompiles"] == loop["broken"].counts["recompiles"]
     _no_advice_that_cannot_work(r.loop_bound()["fix"])
 
 
+@pytest.mark.slow
 def test_a_tensor_bound_breaks_the_graph_and_is_not_advised_as_logging_or_item(loop):
     r = loop["tensor"]
     assert r.counts["graph_breaks"] >= 1
@@ -132,6 +136,7 @@ def test_a_tensor_bound_breaks_the_graph_and_is_not_advised_as_logging_or_item(l
 
 
 @pytest.mark.parametrize("run", ["fix", "while"])
+@pytest.mark.slow
 def test_applying_the_advice_compiles_once(loop, run):
     r = loop[run]
     c = r.counts
@@ -139,6 +144,7 @@ def test_applying_the_advice_compiles_once(loop, run):
     assert r.loud() == [] and not r.rule("scalar-recompiles")
 
 
+@pytest.mark.slow
 def test_a_limit_at_the_number_of_values_keeps_a_graph_for_each(loop):
     r = loop["limit"]
     c = r.counts

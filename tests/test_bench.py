@@ -7,7 +7,10 @@ import json
 import os
 import textwrap
 
+import pytest
 from helpers import ctmon, one_line_containing
+
+pytestmark = pytest.mark.slow  # every test runs ctmon bench on real torch.compile jobs
 
 TRAIN = textwrap.dedent(
     """

@@ -11,6 +11,7 @@ import os
 import re
 import statistics
 
+import pytest
 from helpers import ctmon, one_line_containing, workload
 
 from ctmon.report.bench import render_text
@@ -24,6 +25,7 @@ def _bench(tmp_path, name: str, *args: str) -> dict:  # type: ignore[no-untyped-
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_modes_that_take_the_same_time_are_not_called_different(tmp_path):
     """Every mode does the same per step: the interval holds 1.0, no winner,
     and the words say so with the noise."""
@@ -42,6 +44,7 @@ def test_modes_that_take_the_same_time_are_not_called_different(tmp_path):
     assert "machine noise (spread of eager runs): ±" in text
 
 
+@pytest.mark.slow
 def test_a_large_real_effect_is_resolved_from_runs_on_caches_of_their_own(tmp_path):
     """Eager runs the function's sleep that the compiled graph leaves out:
     about 2× faster compiled, resolved after the minimum of runs."""
@@ -79,6 +82,7 @@ def test_a_large_real_effect_is_resolved_from_runs_on_caches_of_their_own(tmp_pa
         assert not os.path.exists(caches[mode])
 
 
+@pytest.mark.slow
 def test_bad_runs_and_budget_get_a_line_and_the_budget_ends_the_rounds(tmp_path):
     one_line_containing(ctmon("bench", "--runs", "0", SLEEPY, "same"), "--runs must be above 0")
     one_line_containing(ctmon("bench", "--runs", "few", SLEEPY, "same"), "--runs takes a number")
@@ -88,6 +92,7 @@ def test_bad_runs_and_budget_get_a_line_and_the_budget_ends_the_rounds(tmp_path)
     assert doc["ended_by"] == "budget" and doc["rounds"] == [["eager"]] and doc["modes"][0]["runs"] == 1
 
 
+@pytest.mark.slow
 def test_try_runs_default_with_one_change_and_shows_the_storm_gone(tmp_path):
     """--try dynamic=True on a recompile storm of dynamic=False: the try
     row is default with that argument put into the script's torch.compile
@@ -129,6 +134,7 @@ def test_a_bad_try_in_the_job_is_said_and_never_fails_its_compile_call(monkeypat
         torch._dynamo.config.recompile_limit = before
 
 
+@pytest.mark.slow
 def test_a_modes_cold_compile_is_its_own_whatever_the_order(tmp_path):
     """Two modes that compile the same graph (default and reduce-overhead on
     a CPU), typed in either order: each mode's first run misses Inductor's FX

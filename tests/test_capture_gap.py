@@ -26,6 +26,7 @@ def capture_notes(run) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("how, what", [("dictconfig", "disabled"), ("clear", "removed ctmon's handler from")])
+@pytest.mark.slow
 def test_capture_is_restored_and_the_gap_is_noted(tmp_path, how, what) -> None:  # type: ignore[no-untyped-def]
     run = record(tmp_path, [JOB, how], torch_trace=False, options=["--fail-on", "recompiles>5"], timeout=180)
     assert "done" in run.proc.stdout, run.proc.stderr
@@ -47,6 +48,7 @@ def test_capture_is_restored_and_the_gap_is_noted(tmp_path, how, what) -> None: 
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_restoring_does_not_send_trace_records_to_the_users_handlers(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Configuring the ``torch`` logger resets its children (propagate on):
     ctmon puts propagate back off, so the job's stdout handler never sees a

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.helpers import record
+
+pytestmark = pytest.mark.slow  # a real compiled training job under ctmon record
 
 JOB = textwrap.dedent(
     """

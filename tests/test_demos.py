@@ -14,7 +14,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT, assert_matches_torch_trace, env_with, marker_lines, record
+
+pytestmark = pytest.mark.slow  # every demo, run for real
 
 DEMOS = os.path.join(ROOT, "demos")
 DEMO_FILES = [

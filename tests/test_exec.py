@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from helpers import record
 
 FIRST = """
@@ -37,6 +38,7 @@ print("second done")
 """
 
 
+@pytest.mark.slow
 def test_exec_into_python_is_followed(tmp_path):
     (tmp_path / "first.py").write_text(FIRST)
     (tmp_path / "second.py").write_text(SECOND)
@@ -55,6 +57,7 @@ def test_exec_into_python_is_followed(tmp_path):
     assert not [e for e in events if e["kind"] == "note" and "cannot follow" in e.get("message", "")]
 
 
+@pytest.mark.slow
 def test_exec_into_another_program_is_noted(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(

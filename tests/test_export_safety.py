@@ -125,6 +125,7 @@ def _writer_holds_its_lock(path: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_recording_being_written_is_never_written_over(tmp_path):
     """A live ``ctmon record -o live.jsonl``: ``export -o`` it (directly or
     through a symlink) and ``bench -o`` its directory (where a run would

@@ -49,6 +49,8 @@ from ctmon.launch.runtime import output_log_path
 from ctmon.report.build import build_report
 from ctmon.store import Session
 
+pytestmark = pytest.mark.slow  # faults injected into real jobs, supervisors and viewers
+
 PY = sys.executable
 JOB = os.path.join(WORKLOADS, "faults_job.py")
 VIEWER = os.path.join(WORKLOADS, "faults_viewer.py")

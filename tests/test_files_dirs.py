@@ -88,6 +88,7 @@ def test_output_into_a_missing_directory_creates_it(tmp_path) -> None:  # type: 
     assert kinds(str(target))[-1] == "exit"
 
 
+@pytest.mark.slow
 def test_second_record_to_the_same_file_is_refused_and_the_first_is_unharmed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = str(tmp_path / "same.jsonl")
     release = str(tmp_path / "release")

@@ -4,11 +4,14 @@ hide a rule that breaks on odd but valid input. Here none may raise."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from test_fuzz import event_lists
 
 from ctmon.store import Session
 from ctmon.store.findings import analyze
+
+pytestmark = pytest.mark.slow  # hundreds of generated runs through every rule: seconds
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

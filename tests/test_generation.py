@@ -66,6 +66,7 @@ def case(request, tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_tokens_are_the_ones_the_script_generated(case):
     printed = [int(n) for n in re.findall(r"generated (\d+) tokens", case.run.proc.stdout)]
     assert printed == [NEW_TOKENS, NEW_TOKENS]
@@ -89,6 +90,7 @@ def test_tokens_are_the_ones_the_script_generated(case):
     assert case.rep["steps"]["source"] == "compiled_call"
 
 
+@pytest.mark.slow
 def test_counts_equal_torch_trace_and_the_plain_runs_trace(case):
     assert case.run.trace_dir is not None
     assert_matches_torch_trace(case.rep, read_torch_trace(case.run.trace_dir))
@@ -104,6 +106,7 @@ def test_counts_equal_torch_trace_and_the_plain_runs_trace(case):
     ] == []
 
 
+@pytest.mark.slow
 def test_reports_and_summary_speak_of_tokens(case):
     from ctmon.report.markdown import markdown
     from ctmon.report.text import full_text, summary_lines
@@ -114,6 +117,7 @@ def test_reports_and_summary_speak_of_tokens(case):
     assert line in markdown(case.rep)
 
 
+@pytest.mark.slow
 def test_steps_panel_shows_the_tokens(case):
     import asyncio
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from helpers import assert_matches_torch_trace, record, workload
+
+pytestmark = pytest.mark.slow  # real jobs under ctmon record, Inductor included
 
 
 def test_warm_restart_hits_fx_and_aot_autograd_caches(tmp_path):

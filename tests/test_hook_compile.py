@@ -6,7 +6,10 @@ process, and ctmon's counts must equal what PyTorch wrote.
 
 from __future__ import annotations
 
+import pytest
 from helpers import assert_matches_torch_trace, marker_lines, record, workload
+
+pytestmark = pytest.mark.slow  # real compiled jobs under ctmon record
 
 
 def def_line(path: str, name: str) -> int:

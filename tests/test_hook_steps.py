@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 from helpers import assert_matches_torch_trace, record, workload
+
+pytestmark = pytest.mark.slow  # real compiled jobs under ctmon record
 
 
 def test_training_loop_steps_match_the_scripts_own_timing(tmp_path):

@@ -16,7 +16,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import ctmon, env_with, read_torch_trace, workload
+
+pytestmark = pytest.mark.slow  # real compiled jobs that install ctmon themselves
 
 SCRIPT = workload("installs_itself.py")
 

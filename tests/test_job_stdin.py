@@ -104,6 +104,7 @@ async def test_i_opens_a_prompt_whose_line_goes_to_the_job() -> None:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 @pytest.mark.parametrize("cmd", ["record", "attach"])
+@pytest.mark.slow
 def test_input_in_a_terminal(tmp_path, cmd):
     from test_tui_e2e import Tmux
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import env_with
 
 CTMON = f"{sys.executable} -m ctmon record -q"
@@ -56,6 +57,7 @@ PROBE = (
 )
 
 
+@pytest.mark.slow
 def test_closed_std_streams_are_closed_for_the_job_and_cost_ctmon_nothing(tmp_path):
     job = tmp_path / "probe.py"
     job.write_text(PROBE)
@@ -72,6 +74,7 @@ def test_closed_std_streams_are_closed_for_the_job_and_cost_ctmon_nothing(tmp_pa
         assert "Traceback" not in run.stderr
 
 
+@pytest.mark.slow
 def test_a_child_that_outlives_the_job_keeps_printing(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(

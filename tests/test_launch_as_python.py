@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 from helpers import ROOT, env_with, record
 
 SITE = os.path.join(ROOT, "ctmon", "agent", "site", "sitecustomize.py")
@@ -66,6 +67,7 @@ ZIP_MAIN = (
 )
 
 
+@pytest.mark.slow
 def test_zip_apps_run_as_under_python(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -38,6 +38,7 @@ def test_module_mode_sees_what_python_dash_m_shows(tmp_path):
     assert whoami(run.proc.stdout) == whoami(plain.stdout)
 
 
+@pytest.mark.slow
 def test_module_mode_with_torch_compile(tmp_path):
     run = record(tmp_path, ["-m", "recompile_shapes"], cwd=WORKLOADS)
     assert run.returncode == 0, run.proc.stderr
@@ -78,6 +79,7 @@ def test_output_passes_through_unchanged_and_summary_goes_to_stderr(tmp_path):
     "how, code",
     [("exception", 1), ("exit", 3), ("sysexit", 4), ("sigkill", -signal.SIGKILL), ("interrupt", -signal.SIGINT)],
 )
+@pytest.mark.slow
 def test_crash_keeps_exit_code_and_recording(tmp_path, how, code):
     plain = subprocess.run([sys.executable, workload("crash.py"), how], capture_output=True, text=True, env=env_with())
     assert plain.returncode == code
@@ -108,6 +110,7 @@ def test_syntax_error_is_shown_like_python(tmp_path):
 
 
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
+@pytest.mark.slow
 def test_dataloader_workers_are_not_sessions(tmp_path, ctx):
     run = record(tmp_path, [workload("dataloader_workers.py"), ctx], timeout=240)
     assert run.returncode == 0, run.proc.stderr

@@ -69,6 +69,7 @@ def _one(metrics: dict, name: str) -> float:  # type: ignore[type-arg]
     return value
 
 
+@pytest.mark.slow
 def test_a_scrape_during_a_run_agrees_with_the_report(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
@@ -158,6 +159,7 @@ def test_a_port_without_permission_is_one_line(tmp_path):
     assert "ran" not in out.stdout
 
 
+@pytest.mark.slow
 def test_attach_serves_metrics_from_its_detached_supervisor(tmp_path, monkeypatch):
     """``ctmon attach --metrics-port``: the endpoint is the detached
     supervisor's, so it serves while the job runs whether or not the TUI is
@@ -198,6 +200,7 @@ def test_attach_serves_metrics_from_its_detached_supervisor(tmp_path, monkeypatc
     one_line_containing(out, "attach: --metrics-port takes [HOST:]PORT")
 
 
+@pytest.mark.slow
 def test_scrapes_while_the_run_ends_never_hold_it_up(tmp_path):
     """Scrapes hammer the endpoint while the job ends and the supervisor shuts
     down, and a client holds a half-sent request open: each scrape gets a
@@ -292,6 +295,7 @@ PREEMPTED_SCRAPE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_scrape_cut_off_by_the_end_is_never_a_short_200(tmp_path):
     """A scrape answered while the supervisor ends gets the whole exposition
     or no answer; never ``200 OK`` with an empty or partial body (a

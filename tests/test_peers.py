@@ -84,6 +84,7 @@ def _job(tmp: str, steps: int = 300) -> tuple[list[str], str]:
 # ------------------------------------------------------------ the token
 
 
+@pytest.mark.slow
 def test_non_ascii_token_does_not_kill_the_job(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """A hello whose token is non-ASCII (or a surrogate, or not a string) once
     made hmac.compare_digest raise in the supervisor, which died and took
@@ -109,6 +110,7 @@ def test_non_ascii_token_does_not_kill_the_job(tmp_path, rt) -> None:  # type: i
     assert_complete(run.rec, ref.steps, ref)
 
 
+@pytest.mark.slow
 def test_token_never_on_a_command_line(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """record announces how to connect without the token; --token VALUE is
     refused; a viewer started the announced way (--token-file) holds no token
@@ -188,6 +190,7 @@ def test_token_never_on_a_command_line(tmp_path, rt) -> None:  # type: ignore[no
     assert b"--token-file" in cmdline and token.encode() not in cmdline and token.encode() not in environ
 
 
+@pytest.mark.slow
 def test_wrong_token_is_told_as_such(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """`ctmon watch --connect` with a wrong token says "authentication failed"
     (exit 2), not an empty disconnected screen; the right one gets past it."""
@@ -208,6 +211,7 @@ def test_wrong_token_is_told_as_such(tmp_path, rt) -> None:  # type: ignore[no-u
 # ------------------------------------------------------- held connections
 
 
+@pytest.mark.slow
 def test_held_connections_do_not_lock_out_a_viewer(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """20 unauthenticated connections held open (more than the 16 that may
     wait) once refused every newcomer until they timed out; now the oldest
@@ -287,6 +291,7 @@ def _bad_agent_lines(sdir: str) -> list[bytes]:
     return lines
 
 
+@pytest.mark.slow
 def test_malformed_agent_events_do_not_crash_the_supervisor(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """A NUL in step_ring, notes nested 900 deep, wrong types, huge lines on
     the job's own agent socket once killed the supervisor (and the job with
@@ -356,6 +361,7 @@ while True:
 
 
 @pytest.mark.parametrize("grace,ends", [(10, "checkpointed"), (0.5, "killed")])
+@pytest.mark.slow
 def test_stop_waits_its_grace_before_sigkill(tmp_path, rt, grace, ends) -> None:  # type: ignore[no-untyped-def]
     """A viewer's `stop`: SIGTERM now, SIGKILL after the grace, done by the
     supervisor, so it holds when the viewer is gone at once. A job that

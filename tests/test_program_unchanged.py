@@ -19,6 +19,8 @@ import pytest
 from helpers import env_with, record, workload
 from trace_shape import TraceShape, from_script, read_trace_shape
 
+pytestmark = pytest.mark.slow  # each workload run twice, plainly and under ctmon record
+
 SCRIPT = workload("unchanged.py")
 # ctmon's own files, by where the package lives: a substring test would also
 # match torch's files in a venv under a directory named e.g. "ctmon-ci.X".
@@ -66,17 +68,32 @@ def _ctmon_frames(shape: TraceShape) -> list[str]:
     return bad
 
 
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A workload run with plain ``python`` and TORCH_TRACE: (the process, its
+    trace dir), each workload run once for every test here that needs it."""
+    done: dict[str, tuple[subprocess.CompletedProcess[str], str]] = {}
+
+    def run(name: str) -> tuple[subprocess.CompletedProcess[str], str]:
+        if name not in done:
+            trace = str(tmp_path_factory.mktemp(f"plain-{name}") / "plain_trace")
+            proc = subprocess.run(
+                [sys.executable, SCRIPT, name, str(STEPS)],
+                capture_output=True,
+                text=True,
+                env=env_with(TORCH_TRACE=trace),
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            done[name] = (proc, trace)
+        return done[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name", list(WORKLOADS))
-def test_trace_under_ctmon_equals_the_plain_runs(tmp_path, name):
-    plain_dir = str(tmp_path / "plain_trace")
-    plain = subprocess.run(
-        [sys.executable, SCRIPT, name, str(STEPS)],
-        capture_output=True,
-        text=True,
-        env=env_with(TORCH_TRACE=plain_dir),
-        timeout=300,
-    )
-    assert plain.returncode == 0, plain.stderr[-3000:]
+def test_trace_under_ctmon_equals_the_plain_runs(tmp_path, name, plain_run):
+    plain, plain_dir = plain_run(name)
     run = record(tmp_path / "ctmon", [SCRIPT, name, str(STEPS)], options=["-q"])
     assert run.returncode == 0, run.proc.stderr[-3000:]
     assert run.trace_dir is not None
@@ -101,7 +118,7 @@ def test_trace_under_ctmon_equals_the_plain_runs(tmp_path, name):
     assert steps["count"] == STEPS
 
 
-def test_the_comparison_sees_a_changed_program(tmp_path):
+def test_the_comparison_sees_a_changed_program(tmp_path, plain_run):
     """The check above is not blind: a hook Dynamo traces into (what ctmon once
     installed) shows up as an extra graph break at the hook's own line."""
     hook = tmp_path / "hook.py"
@@ -112,38 +129,27 @@ def test_the_comparison_sees_a_changed_program(tmp_path):
         "sys.argv = sys.argv[1:]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    shapes = []
-    for argv, trace in (([SCRIPT], "a"), ([str(hook), SCRIPT], "b")):
-        out = subprocess.run(
-            [sys.executable, *argv, "opt_step", "3"],
-            capture_output=True,
-            text=True,
-            env=env_with(TORCH_TRACE=str(tmp_path / trace)),
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        shapes.append(read_trace_shape(str(tmp_path / trace)))
-    plain, hooked = shapes
+    out = subprocess.run(
+        [sys.executable, str(hook), SCRIPT, "opt_step", str(STEPS)],
+        capture_output=True,
+        text=True,
+        env=env_with(TORCH_TRACE=str(tmp_path / "hooked")),
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    plain, hooked = read_trace_shape(plain_run("opt_step")[1]), read_trace_shape(str(tmp_path / "hooked"))
     assert len(hooked.breaks) == len(plain.breaks) + 1
     assert any(os.path.basename(b.site) == "hook.py:3" for b in hooked.breaks), hooked.breaks
 
 
-def test_optimizer_hook_folds_away_where_dynamo_traces_it(tmp_path):
+def test_optimizer_hook_folds_away_where_dynamo_traces_it(tmp_path, plain_run):
     """Compiled without torch.compile (torch._dynamo.optimize), the step runs
     with ctmon's optimizer hook registered and Dynamo inlines it: the hook's
     is_compiling() check folds it away -- no graph break, no warning, the same
     frames compiled. (That frame's guards then include the hook dict's one
     entry, and ctmon counts no steps from such a call: see RELIABILITY.md.)"""
     name = "opt_step_dynamo_optimize"
-    plain_dir = str(tmp_path / "plain_trace")
-    plain = subprocess.run(
-        [sys.executable, SCRIPT, name, str(STEPS)],
-        capture_output=True,
-        text=True,
-        env=env_with(TORCH_TRACE=plain_dir),
-        timeout=300,
-    )
-    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain, plain_dir = plain_run(name)
     run = record(tmp_path / "ctmon", [SCRIPT, name, str(STEPS)], options=["-q"])
     assert run.returncode == 0, run.proc.stderr[-3000:]
     assert run.trace_dir is not None

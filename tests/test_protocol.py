@@ -133,6 +133,7 @@ def test_lone_surrogates_become_replacement_characters_in_valid_utf8():
 
 @settings(max_examples=150, deadline=None)
 @given(events)
+@pytest.mark.slow
 def test_round_trip_property(ev):
     line = encode(ev)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -380,6 +381,7 @@ def test_splitter_matches_a_model(chunks, max_line):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(events, min_size=1, max_size=5), st.data())
+@pytest.mark.slow
 def test_splitter_any_chunking_gives_the_same_events(evs, data):
     stream = b"".join(encode(e) for e in evs)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))

@@ -26,6 +26,8 @@ from test_ranks import free_port
 
 from ctmon.wire.recording import read_recording
 
+pytestmark = pytest.mark.slow  # ranks started by real launchers
+
 SCRIPT = workload("spawn_ranks.py")
 DDP_SCRIPT = workload("ddp_ranks.py")
 

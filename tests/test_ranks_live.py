@@ -22,7 +22,8 @@ from test_tui_e2e import Tmux
 
 SCRIPT = workload("ddp_ranks.py")
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+# torchrun ranks, watched live in tmux
+pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"), pytest.mark.slow]
 
 
 def _start(tm: Tmux, rec: str, *job_args: str) -> None:

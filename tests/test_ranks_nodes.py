@@ -22,6 +22,8 @@ import pytest
 from helpers import ROOT, ctmon, env_with, one_line_containing, read_torch_trace, workload
 from test_ranks import free_port
 
+pytestmark = pytest.mark.slow  # two torchrun nodes, recorded for real
+
 SCRIPT = workload("ddp_ranks.py")
 
 

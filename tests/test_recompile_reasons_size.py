@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any
 
+import pytest
 from helpers import assert_matches_torch_trace, ctmon, record
 
 from ctmon.store import Session
@@ -111,6 +112,7 @@ def as_old_recording(rec: str, lists: dict[str, list[str]], out: str) -> None:
             w.write(line)
 
 
+@pytest.mark.slow
 def test_a_recompile_storm_records_bounded_reasons_that_agree_with_torch_trace(tmp_path):
     job = tmp_path / "storm.py"
     job.write_text(JOB.format(limit=RECOMPILES + 50, calls=RECOMPILES + 1))

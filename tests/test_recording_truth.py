@@ -141,6 +141,7 @@ def full_tmpfs(tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_disk_full_to_the_end_summary_and_report_say_what_the_file_holds(full_tmpfs, rt) -> None:  # type: ignore[no-untyped-def]
     n = 1500
     rec = os.path.join(full_tmpfs, "r.jsonl")
@@ -173,6 +174,7 @@ def test_disk_full_to_the_end_summary_and_report_say_what_the_file_holds(full_tm
 # ------------------------------------------------------ file-size limit
 
 
+@pytest.mark.slow
 def test_file_size_limit_gate_exits_4(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     n = 800
     rec = str(tmp_path / "r.jsonl")
@@ -194,6 +196,7 @@ def test_file_size_limit_gate_exits_4(tmp_path, rt) -> None:  # type: ignore[no-
         (["-q", "--fail-on", "recompiles>100"], "exception", 1),  # the job's failure wins over the gate's
     ],
 )
+@pytest.mark.slow
 def test_file_size_limit_quiet_exit_is_the_jobs(tmp_path, rt, options, end, rc) -> None:  # type: ignore[no-untyped-def]
     n = 800
     rec = str(tmp_path / "r.jsonl")

@@ -132,6 +132,7 @@ def assert_every_step(rec: str, steps: int) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow
 def test_ring_on_a_full_tmpfs_neither_kills_the_job_nor_loses_a_step(tmp_path, full_tmpfs) -> None:  # type: ignore[no-untyped-def]
     """The runtime directory's filesystem has 256 KiB left, the ring needs
     8 MiB: the ring is made in the job's memory instead, the job exits 0,
@@ -155,6 +156,7 @@ def _file_size_limit(limit: int) -> Any:
     return preexec
 
 
+@pytest.mark.slow
 def test_ring_refused_by_ulimit_f_steps_still_recorded_and_reason_shown(tmp_path, runtime_dir) -> None:  # type: ignore[no-untyped-def]
     """``ulimit -f`` of 4 MiB (the recording fits, the 8 MiB ring does not):
     every step is recorded, and the reason is shown with its fix. (Before:
@@ -166,6 +168,7 @@ def test_ring_refused_by_ulimit_f_steps_still_recorded_and_reason_shown(tmp_path
     assert_told(rec, p.stderr, "File too large", "raise the file-size limit (ulimit -f)")
 
 
+@pytest.mark.slow
 def test_ringless_steps_lost_in_memory_are_counted_as_drops(tmp_path, full_tmpfs) -> None:  # type: ignore[no-untyped-def]
     """A 1,024-slot ring (three pages) on a tmpfs with two pages left, so it
     is made in memory; 200,000 steps in a fraction of a second, while the

@@ -83,6 +83,7 @@ def _no_traceback(out: subprocess.CompletedProcess[str]) -> None:
 # ------------------------------------------------------------ live runs
 
 
+@pytest.mark.slow
 def test_a_job_of_another_runtime_dir_is_running_and_never_pruned(tmp_path, runtime_base: str) -> None:  # type: ignore[no-untyped-def]
     """Each SLURM job has its own TMPDIR, so the shell running ``ctmon runs``
     does not see the job's session: the recording's lock must say it is live."""
@@ -188,6 +189,7 @@ def test_a_run_starting_while_someone_looks_waits_for_the_look(tmp_path, monkeyp
         os.close(looker)
 
 
+@pytest.mark.slow
 def test_a_live_bench_directory_is_kept(tmp_path, runtime_base: str) -> None:  # type: ignore[no-untyped-def]
     """``ctmon bench`` holds its directory's lock for all its runs (between
     two of them no recording is locked), so pruning leaves it alone."""

@@ -353,6 +353,7 @@ def _evil_controls(marker: str) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_hostile_peers_change_nothing(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """Garbage, a 10 MB line, a peer that never reads, commands a viewer has no
     business sending, spoofed events on the agent socket, TCP peers with a
@@ -515,6 +516,7 @@ def _event_line(kind: str, fields: dict[str, Any], sdir: str, ring_name: str) ->
     return json.dumps(ev).encode() + b"\n"
 
 
+@pytest.mark.slow
 def test_fuzz_the_live_sockets(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """Hypothesis feeds random bytes and random events to a live supervisor's
     viewer and agent sockets; afterwards it still serves a viewer, the job
@@ -660,6 +662,7 @@ _lines = st.one_of(
 )
 
 
+@pytest.mark.slow
 def test_fuzz_tcp_hellos_and_agent_values(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """Hypothesis sends hellos of every JSON type (tokens of every type,
     non-ASCII, surrogates), deep and huge values, NUL bytes and invalid

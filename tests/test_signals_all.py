@@ -319,6 +319,7 @@ def test_a_signal_to_an_adopted_jobs_supervisor_is_noted_and_ignored(tmp_path, r
 
 
 @needs_tmux
+@pytest.mark.slow
 def test_a_signal_to_the_tui_leaves_it_in_order(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """SIGUSR1 to ``ctmon attach``'s viewer: it leaves as for SIGTERM -- the
     terminal restored, the job running on under its supervisor, recorded to

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,7 @@ def _state(s: Session) -> dict[str, Any]:
 
 @settings(max_examples=300, deadline=None)
 @given(runs(), st.lists(st.integers(1, 40), min_size=1, max_size=8))
+@pytest.mark.slow
 def test_apply_all_in_any_slices_is_apply_one_by_one(events: list[Any], cuts: list[int]) -> None:
     one = Session()
     for ev in events:

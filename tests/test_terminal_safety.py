@@ -359,6 +359,7 @@ def test_json_report_keeps_what_was_recorded(tmp_path) -> None:  # type: ignore[
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nasty_lists, st.booleans())
+@pytest.mark.slow
 def test_fuzz_reports(nasty: list[str], ids_too: bool) -> None:
     import tempfile
 
@@ -431,6 +432,7 @@ async def _walk_tui(events: list[dict], size: tuple[int, int] = (160, 48), feed:
     return [text for _, text in seen]
 
 
+@pytest.mark.slow
 def test_tui_shows_no_escape_sequence_and_markup_literally() -> None:
     events = poison(BASE, [TITLE, CLIPBOARD, "[bold red]x", CLEAR, "[/]"])
     screens = asyncio.run(_walk_tui(events))
@@ -440,6 +442,7 @@ def test_tui_shows_no_escape_sequence_and_markup_literally() -> None:
 
 
 @pytest.mark.parametrize("ascii_only", [False, True], ids=["utf8", "ascii-escapes"])
+@pytest.mark.slow
 def test_a_recording_on_disk_is_cleaned_as_it_is_decoded(tmp_path, ascii_only: bool) -> None:  # type: ignore[no-untyped-def]
     """A recording read from disk is cleaned by its feed, line by line, from
     the bytes (only lines that may hold a control are decoded events cleaned);
@@ -489,6 +492,7 @@ def test_a_feed_error_is_shown_literally() -> None:
     assert "read [/] [bold red]failed" in shown
 
 
+@pytest.mark.slow
 def test_tui_with_every_string_poisoned() -> None:
     # ids and enumerations too (compile ids, levels, sources, stream names)
     asyncio.run(_walk_tui(poison(BASE, [TITLE, "\x9b2J", "[/]", "\x1b"], keep={"kind"})))
@@ -496,6 +500,7 @@ def test_tui_with_every_string_poisoned() -> None:
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nasty_lists)
+@pytest.mark.slow
 def test_fuzz_tui(nasty: list[str]) -> None:
     asyncio.run(_walk_tui(poison(BASE, nasty)))
 
@@ -541,6 +546,7 @@ def _write_to(path: str, events: list[dict]) -> None:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.slow
 def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from test_tui_e2e import Tmux
 
@@ -619,6 +625,7 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
         tm.kill()
 
 
+@pytest.mark.slow
 def test_a_real_job_cannot_reach_the_terminal_through_ctmon(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A real torch.compile job puts escapes in a graph_break(msg=...), a
     frame's name and file name, and its own script's name (so the command):

@@ -24,7 +24,7 @@ import pytest
 from helpers import ctmon, env_with, workload
 
 TLPARSE = shutil.which("tlparse") or os.path.join(os.path.dirname(sys.executable), "tlparse")
-pytestmark = pytest.mark.skipif(not os.path.exists(TLPARSE), reason="tlparse is not installed")
+pytestmark = [pytest.mark.skipif(not os.path.exists(TLPARSE), reason="tlparse is not installed"), pytest.mark.slow]
 _ARTIFACT = re.compile(r"^(.*)_\d+\.\w+$")
 
 
@@ -46,10 +46,13 @@ def tlparse_facts(trace: str, out: str) -> tuple[Counter[str], set[str]]:
 
 
 @pytest.mark.parametrize("argv", [[workload("graph_breaks.py")], [workload("cache_model.py"), "40"]])
-def test_ctmon_counts_what_tlparse_finds_in_the_same_trace(tmp_path, argv):
-    trace = str(tmp_path / "trace")
-    env = env_with(TORCH_TRACE=trace, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True, timeout=300)
+def test_ctmon_counts_what_tlparse_finds_in_the_same_trace(tmp_path, argv, request):
+    if argv == [workload("graph_breaks.py")]:  # aot_eager: no Inductor cache, the session's plain trace
+        trace = request.getfixturevalue("graph_breaks_trace")
+    else:
+        trace = str(tmp_path / "trace")
+        env = env_with(TORCH_TRACE=trace, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+        subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True, timeout=300)
     (log,) = os.listdir(trace)
     tl, ids = tlparse_facts(os.path.join(trace, log), str(tmp_path / "tl"))
     out = ctmon("report", trace, "--json")

@@ -57,9 +57,9 @@ def two_ranks(tmp_path_factory: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def one(tmp_path_factory: Any) -> bytes:
+def one(graph_breaks_trace: str) -> bytes:
     """One process's log: compiles, recompiles, graph breaks, backward graphs, phases."""
-    trace = _trace(tmp_path_factory.mktemp("one"), [workload("graph_breaks.py")])
+    trace = graph_breaks_trace
     (log,) = os.listdir(trace)
     with open(os.path.join(trace, log), "rb") as f:
         return f.read()
@@ -69,6 +69,7 @@ def _no_traceback(out: subprocess.CompletedProcess[str]) -> None:
     assert out.returncode == 0 and "Traceback" not in out.stderr, (out.returncode, out.stderr[-3000:])
 
 
+@pytest.mark.slow
 def test_a_torchrun_trace_reports_in_every_format_and_exports(two_ranks, tmp_path):
     text = ctmon("report", two_ranks)
     _no_traceback(text)
@@ -92,6 +93,7 @@ def test_a_torchrun_trace_reports_in_every_format_and_exports(two_ranks, tmp_pat
     _no_traceback(gated)
 
 
+@pytest.mark.slow
 def test_a_torchrun_trace_with_a_hostile_record_replays_on_the_screen(two_ranks, tmp_path):
     import asyncio
 
@@ -256,6 +258,7 @@ def clean(one: bytes, tmp_path_factory: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
+@pytest.mark.slow
 def test_a_hostile_record_is_skipped_and_counted(one, clean, tmp_path, case):
     record, why = HOSTILE[case]
     rep, stats = _every_rendering(_write(tmp_path, _with(one, record)))
@@ -266,12 +269,14 @@ def test_a_hostile_record_is_skipped_and_counted(one, clean, tmp_path, case):
     assert rep["compile"] == clean["compile"] and rep["graph_breaks"] == clean["graph_breaks"]
 
 
+@pytest.mark.slow
 def test_a_log_cut_off_mid_record_is_read_up_to_the_cut(one, tmp_path):
     rep, stats = _every_rendering(_write(tmp_path, _with(one, HEAD + b'{"dynamo_start": {"stack": [{"filen', True)))
     assert dict(stats.skipped) == {"cut off or not JSON": 1}
     assert rep["compile"]["compiles"] >= 1
 
 
+@pytest.mark.slow
 def test_control_bytes_in_a_graph_break_never_reach_the_terminal(one, tmp_path):
     nasty = _artifact(
         "dynamo_graph_break_reason", b"Graph break in user code at /x\x00.py:3", b"Graph Break Reason: a\x00\x1b[2Jb"
@@ -282,6 +287,7 @@ def test_control_bytes_in_a_graph_break_never_reach_the_terminal(one, tmp_path):
     assert "\x00" not in shown and "\x1b" not in shown and "/x" in shown
 
 
+@pytest.mark.slow
 def test_every_hostile_record_at_once_gets_one_line_in_every_format(one, tmp_path):
     bad = one
     for record, _ in HOSTILE.values():
@@ -299,6 +305,7 @@ def test_every_hostile_record_at_once_gets_one_line_in_every_format(one, tmp_pat
     _no_traceback(out)
 
 
+@pytest.mark.slow
 def test_records_read_a_batch_at_a_time_are_the_records_read_at_once(one, tmp_path, monkeypatch):
     trace = _write(tmp_path, one + _with(one, HOSTILE["payload not UTF-8"][0]))
     whole = list(trace_events([trace], TraceStats()))
@@ -330,6 +337,7 @@ def _peak_rss_mb(argv: list[str]) -> tuple[int, str]:
     return int(peak) // 1024, "\n".join(said)
 
 
+@pytest.mark.slow
 def test_a_300_mb_line_is_read_past_in_bounded_memory(one, tmp_path):
     trace = tmp_path / "t"
     trace.mkdir()
@@ -358,6 +366,7 @@ def _nofile(n: int) -> Callable[[], None]:
     return lower
 
 
+@pytest.mark.slow
 def test_a_trace_of_more_files_than_may_be_open_is_read_whole(one, clean, tmp_path):
     files = 80
     trace = tmp_path / "t"
@@ -374,6 +383,7 @@ def test_a_trace_of_more_files_than_may_be_open_is_read_whole(one, clean, tmp_pa
     assert rep["compile"]["compiles"] == files * clean["compile"]["compiles"]
 
 
+@pytest.mark.slow
 def test_a_report_stdout_cannot_take_is_one_line(two_ranks):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")

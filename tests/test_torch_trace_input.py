@@ -21,6 +21,8 @@ import pytest
 from helpers import ctmon, env_with, one_line_containing, read_torch_trace, record, workload
 from test_ranks import free_port
 
+pytestmark = pytest.mark.slow  # every test reads the trace of a real compiled job
+
 BREAKS = workload("graph_breaks.py")
 CACHE = workload("cache_model.py")
 
@@ -52,9 +54,13 @@ def _facts(rep: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("argv", [[BREAKS], [CACHE, "24"]], ids=["graph-breaks", "inductor-cache"])
-def test_a_trace_reports_what_a_live_recording_of_the_same_program_does(tmp_path, argv):
+def test_a_trace_reports_what_a_live_recording_of_the_same_program_does(tmp_path, argv, request):
     # each run its own empty Inductor cache: both miss, as the same program's first run does
-    trace = _plain(tmp_path, argv, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache-plain"))
+    # (graph_breaks.py compiles with aot_eager, no Inductor cache: its plain trace is the session's)
+    if argv == [BREAKS]:
+        trace = request.getfixturevalue("graph_breaks_trace")
+    else:
+        trace = _plain(tmp_path, argv, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache-plain"))
     live = record(tmp_path / "live", argv, extra_env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache-live")})
     assert live.returncode == 0, live.proc.stderr[-3000:]
     got, want = _report(trace), live.report()
@@ -90,11 +96,11 @@ def test_a_traced_job_of_two_ranks_is_reported_per_rank(tmp_path):
     assert [r["rank"] for r in alone["ranks"]] == [1] and alone["compile"]["recompiles"] == 1
 
 
-def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path):
+def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path, graph_breaks_trace):
     empty = tmp_path / "empty"
     empty.mkdir()
     one_line_containing(ctmon("report", str(empty)), "no TORCH_TRACE *.log files in it")
-    trace = _plain(tmp_path, [BREAKS])
+    trace = graph_breaks_trace
     (log,) = [os.path.join(trace, n) for n in os.listdir(trace)]
     whole = _report(trace)["compile"]["compiles"]
     with open(log, encoding="utf-8") as f:
@@ -115,7 +121,7 @@ def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path):
     one_line_containing(ctmon("report", trace, rec.recording), "cannot be reported together")
 
 
-def test_a_trace_replays_on_the_screen(tmp_path):
+def test_a_trace_replays_on_the_screen(tmp_path, graph_breaks_trace):
     import asyncio
 
     from test_ranks import _until
@@ -125,7 +131,7 @@ def test_a_trace_replays_on_the_screen(tmp_path):
     from ctmon.tui.testing import wait_loaded
     from ctmon.wire.feeds import ListFeed
 
-    trace = _plain(tmp_path, [BREAKS])
+    trace = graph_breaks_trace
 
     async def shown() -> str:
         app = CtmonApp(ListFeed(list(trace_events([trace], TraceStats()))), replay=True)
@@ -141,8 +147,8 @@ def test_a_trace_replays_on_the_screen(tmp_path):
     one_line_containing(ctmon("replay", str(empty)), "no TORCH_TRACE *.log files in it")
 
 
-def test_a_large_trace_streams_and_says_how_far_it_is(tmp_path):
-    trace = _plain(tmp_path, [BREAKS])
+def test_a_large_trace_streams_and_says_how_far_it_is(tmp_path, graph_breaks_trace):
+    trace = graph_breaks_trace
     (log,) = [os.path.join(trace, n) for n in os.listdir(trace)]
     with open(log, "rb") as f:
         chunk = f.read()

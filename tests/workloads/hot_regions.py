@@ -2,7 +2,10 @@
 eager glue (a Python loop of small tensor ops, in a function Dynamo is told
 to skip) runs between its two graphs.
 --glue N: how many eager ops the glue runs (0: a plain graph break).
---steps N: how many steps.
+--steps N: how many steps; --seconds S instead: steps until the steady loop
+(after the first five steps, which compile) has run S seconds. A time bound
+gives the 4 Hz sampler the same number of samples however loaded the
+machine is, and takes no longer there.
 Prints, at the end, the share of the loop's time its glue took, timed here
 with perf_counter: the truth the sampled share is checked against."""
 import argparse
@@ -13,6 +16,7 @@ import torch
 parser = argparse.ArgumentParser()
 parser.add_argument("--glue", type=int, default=200)
 parser.add_argument("--steps", type=int, default=300)
+parser.add_argument("--seconds", type=float, default=None)
 args = parser.parse_args()
 torch.manual_seed(0)
 
@@ -45,10 +49,21 @@ class Net(torch.nn.Module):
 net = torch.compile(Net(), backend="aot_eager")
 opt = torch.optim.SGD(net.parameters(), lr=1e-3)
 x = torch.randn(256, 256)
-for step in range(args.steps):
-    if step == 5:  # compiled by now: time the steady loop
+WARM = 5  # compiled by then: the steady loop is timed from here
+
+
+def more(step: int) -> bool:
+    if args.seconds is None:
+        return step < args.steps
+    return step <= WARM or time.perf_counter() - t0 < args.seconds
+
+
+step = 0
+while more(step):
+    if step == WARM:
         glue_s, t0 = 0.0, time.perf_counter()
     net(x).sum().backward()
     opt.step()
     opt.zero_grad()
+    step += 1
 print(f"GLUE_SHARE {glue_s / (time.perf_counter() - t0):.4f}", flush=True)
