@@ -283,3 +283,36 @@ def test_a_trace_is_named_as_the_user_named_it(tmp_path, monkeypatch) -> None:  
         f.write('V0101 12:00:00.000000 1 torch/_logging/structured.py:1] {"str": ["a.py", 0]}\n')
     session = next(iter(trace_events(["trace"], TraceStats())))
     assert session["command"] == ["TORCH_TRACE", "trace"], session
+
+
+def test_the_watch_list_fits_an_80_column_terminal(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`ctmon watch` over ssh: one line a session, the command cut to the
+    terminal's width; piped, the whole command."""
+    from ctmon.cli import watch
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    long_cmd = ["python", "-m", "torch.distributed.run", "--nproc_per_node", "8", "train.py"] + ["--flag"] * 20
+    sessions = [
+        {
+            "job_pid": 4242,
+            "start": time.time() - 75,
+            "state": "running",
+            "steps": 1200,
+            "compiles": 9,
+            "command": long_cmd,
+        }
+    ]
+    out = Tty()
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((80, 24)))
+    watch._print_list(sessions, as_json=False)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
+    assert lines[1].endswith("…") and "4242" in lines[1] and re.search(r" 1m\d\ds ", lines[1])
+    piped = io.StringIO()
+    monkeypatch.setattr("sys.stdout", piped)
+    watch._print_list(sessions, as_json=False)
+    assert piped.getvalue().splitlines()[1].endswith(" ".join(long_cmd))

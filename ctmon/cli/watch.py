@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -142,16 +143,22 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     if not sessions:
         print("no live ctmon sessions")
         return 0
-    print(f"{'#':>2}  {'PID':>7}  {'STARTED':>8}  {'STATE':<9}  {'STEPS':>8}  {'COMPILES':>8}  COMMAND")
+    # in a terminal each session is one line, its command cut to the width
+    # (80 columns over ssh); piped, the whole command
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(f"{'#':>2}  {'PID':>7}  {'STARTED':>8}  {'AGE':>6}  {'STATE':<9}  {'STEPS':>7}  {'COMPILES':>8}  COMMAND")
     for i, s in enumerate(sessions, 1):
         # a job's command is its user's text (a script's name can hold escapes)
         cmd = clean(_command_text(s), tab=" ")
         start = s.get("start")
         started = time.strftime("%H:%M:%S", time.localtime(start)) if isinstance(start, (int, float)) else "?"
-        print(
-            f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {str(s.get('state') or '?'):<9}  "
-            f"{s.get('steps') or 0:>8}  {s.get('compiles') or 0:>8}  {cmd}  ({_age(s.get('start'))} ago)"
+        row = (
+            f"{i:>2}  {s.get('job_pid') or '?':>7}  {started:>8}  {_age(s.get('start')):>6}  "
+            f"{str(s.get('state') or '?'):<9}  {s.get('steps') or 0:>7}  {s.get('compiles') or 0:>8}  "
         )
+        if width is not None and len(row) + len(cmd) > width:
+            cmd = cmd[: max(8, width - len(row) - 1)] + "…"
+        print(row + cmd)
     return 0
 
 
