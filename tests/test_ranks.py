@@ -141,7 +141,7 @@ def test_the_screen_lists_the_ranks_and_shows_one_when_chosen(job):
             await wait_loaded(pilot)
             before = screen_text(app)
             await pilot.press("r")
-            listed = await _until(pilot, app, "r0 ", "r1 ")
+            listed = await _until(pilot, app, "all ranks (the job", "r0 ", "r1 ")
             await pilot.press("down", "down", "enter")  # all ranks -> rank 0 -> rank 1
             return before, listed, await _until(pilot, app, "Frames · 1 · rank 1", "showing rank 1 (r)")
 

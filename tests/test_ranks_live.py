@@ -55,7 +55,7 @@ def test_a_rank_compiling_and_one_waiting_are_told_apart_live(tmp_path) -> None:
         tm("send-keys", "-t", "e2e", "Escape")
         # the critical finding, while the job still runs
         tm.wait_for(
-            lambda s: re.search(r"CRIT ddp_ranks\.py:\d+ Rank", s) is not None and "● running" in s,
+            lambda s: "CRIT Ranks compiled Sequential differently" in s and "● running" in s,
             60,
             "the divergence finding while the job runs",
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -115,11 +116,13 @@ def test_two_nodes_recordings_replay_as_one_job(nodes):
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_loaded(pilot)
             await pilot.press("r")
-            return await _until(pilot, app, "r0 ", "r1 ")
+            # the overlay's own line: "by rank: r0 … r1 …" in Compilation is on screen before it
+            return await _until(pilot, app, "all ranks (the job", "node-b")
 
     shown = asyncio.run(listed())
-    r1 = next(line for line in shown.splitlines() if " r1 " in f" {line}" or "*r1 " in line)
+    r1 = next((line for line in shown.splitlines() if "node-b" in line), "")
     assert "node-b" in r1 and "2 c 1 rc" in r1, shown
-    r0 = next(line for line in shown.splitlines() if " r0 " in f" {line}" or "*r0 " in line)
+    # a rank's row in the overlay, not the "by rank: r0 …" line under it
+    r0 = next((line for line in shown.splitlines() if re.search(r"│ [ *]r0 ", line)), "")
     assert os.uname().nodename[:12] in r0 and "1 c 0 rc" in r0, shown
     assert "2 ranks" in shown  # the header: one job of two ranks

@@ -598,6 +598,9 @@ def test_report_and_replay_leave_the_terminal_alone(tmp_path) -> None:  # type: 
             assert "\nBEFORE-REPORT" in screen and "graph_breaks.py" in screen, screen
             assert "PWNED" not in screen
 
+        # the reports needed 400 rows to stay on screen whole; the TUI does
+        # not, and a 400-row first paint is slow on a loaded machine
+        tm("resize-window", "-t", "e2e", "-x", "160", "-y", "50")
         tm("send-keys", "-t", "e2e", "clear", "Enter")
         tm("send-keys", "-t", "e2e", f"{sys.executable} -m ctmon replay {rec}", "Enter")
 
