@@ -1327,7 +1327,19 @@ def test_ids_are_stable_and_dicts_complete():
     b = [f.as_dict() for f in zoo().findings()]
     assert [f["id"] for f in a] == [f["id"] for f in b]
     for f in a:
-        assert set(f) == {"id", "rule", "severity", "title", "file", "line", "detail", "evidence", "fix", "called_from"}
+        assert set(f) == {
+            "id",
+            "rule",
+            "severity",
+            "title",
+            "file",
+            "line",
+            "detail",
+            "evidence",
+            "fix",
+            "fixes",
+            "called_from",
+        }
         assert f["fix"] and f["title"] and f["severity"] in ("info", "warning", "critical")
         assert re.match(r"^[a-z-]+(:|$)", f["id"])
 

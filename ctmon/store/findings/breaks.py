@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.store.findings.guards import strip_comment
 from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
-from ctmon.store.findings.model import RANK_BREAKS, Finding
+from ctmon.store.findings.model import RANK_BREAKS, Finding, Fix, code_fix
 from ctmon.store.findings.pytorch_hints import (
     CAPTURE_DYNAMIC_SHAPES,
     CAPTURE_SCALARS,
@@ -34,6 +34,7 @@ from ctmon.store.findings.pytorch_hints import (
     already_set,
     hint_settings,
     quote,
+    setting_fixes,
     suggest,
 )
 from ctmon.store.findings.silent import covered_by_empty_graphs
@@ -320,6 +321,40 @@ def _ctmon_fix(cat: str, sites: list[BreakSite], config: Mapping[str, ConfigValu
     return f"{specific} {FIXES[cat]}".strip()
 
 
+# The change at a break's own line, per cause (the prose above says why).
+CODE_FIXES = {
+    LOGGING: "move the print/log call out of the compiled function (log the returned tensors after the call)",
+    SCALAR_OUT: "keep the value a tensor here; call .item()/.tolist() on the returned tensor after the compiled call",
+    BRANCH: "torch.where(cond, a, b) (or torch.cond(pred, true_fn, false_fn, (operands,))) instead of the Python if",
+    EXPLICIT: "remove torch._dynamo.graph_break()",
+    AUTOGRAD: "return loss.detach() from the compiled function (with trace_autograd_ops on)",
+}
+
+
+def _fixes(cat: str, sites: list[BreakSite], config: Mapping[str, ConfigValue]) -> list[Fix]:
+    """The fix as data: the settings PyTorch's hints name, then ctmon's own,
+    none the job already has; then the change at the top site's line."""
+    named = [h for b in sites for h in hint_settings(b.hints)]
+    own: list[Setting] = []
+    if cat == SCALAR_OUT:
+        if all(_float_tolist(b) for b in sites):  # the setting does not cover these: not a fix
+            named = [h for h in named if h.name != CAPTURE_SCALARS.name]
+        else:
+            own.append(CAPTURE_SCALARS)
+    elif cat == DYN_SHAPE:
+        own.append(CAPTURE_DYNAMIC_SHAPES)
+    elif cat == AUTOGRAD and any((b.gb_id or "").lower() in _AUTOGRAD_OFF for b in sites):
+        own.append(TRACE_AUTOGRAD)
+    out = setting_fixes([*named, *own], config)
+    top = sites[0]
+    text = CODE_FIXES.get(cat) or _specific_fix(cat, sites[:1])
+    if cat == AUTOGRAD and own and already_set(TRACE_AUTOGRAD, config):
+        text = ""  # trace_autograd_ops on and still GB0123: PyTorch's words say the cause
+    if text:
+        out.append(code_fix(text, top.file, top.line))
+    return out
+
+
 def _pytorch_says(sites: list[BreakSite], config: Mapping[str, ConfigValue]) -> str:
     """PyTorch's explanation and hints for each kind of break among the top
     sites (once per graph-break id), verbatim."""
@@ -353,12 +388,14 @@ def _finding(
     when = _WHEN[state]
     said = [m for m in (_logged_at(b, logs) for b in sites) if m is not None]
     config = config or {}
+    fixes: list[Fix] = []
     if library:  # advice about the library's own source would be advice the user cannot take
         fix = library_fix(top)
         if said:
             fix = library_says_fix(said[0]) + " " + fix
     else:
         fix = _ctmon_fix(cat, sites, config)
+        fixes = _fixes(cat, sites, config)
     # PyTorch's own words first, never dropped; ctmon's where it knows more
     pytorch = _pytorch_says(sites, config)
     fix = (f"{pytorch} ctmon: {fix}" if fix else pytorch) if pytorch else fix or FIXES[OTHER]
@@ -380,6 +417,7 @@ def _finding(
         }[state],
         evidence=_evidence(sites, when) + [f"{m.logger or 'the library'} logged there: {m.message}" for m in said[:3]],
         fix=fix,
+        fixes=fixes,
         rank=(RANK_BREAKS if looped else 0) + min(total, 99),
     )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_CACHE, Finding
+from ctmon.store.findings.model import RANK_CACHE, Finding, Fix, config_fix
+from ctmon.store.findings.pytorch_hints import FUNCTORCH_CONFIG, INDUCTOR_CONFIG
 from ctmon.words import cut
 
 if TYPE_CHECKING:
@@ -88,6 +89,21 @@ def _bypass_fix(reason: str) -> str:
     if "torchbind" in low or "scriptobject" in low:
         return "Graphs holding TorchScript/torchbind objects are not cached; keep those outside the compiled region."
     return "PyTorch could not cache this graph for the reason above; keep the offending construct out of the compiled region."
+
+
+def _bypass_fixes(why: str) -> list[Fix]:
+    """_bypass_fix's settings as data: the two reasons a setting is the fix."""
+    low = why.lower()
+    if _TARGET.search(why) or "higherorderoperator" in low or "higher order" in low or "pickle" in low:
+        return []  # _bypass_fix's earlier reasons: a change to the code, in words
+    if "freezing" in low:
+        return [config_fix(INDUCTOR_CONFIG, "freezing", False)]
+    if "not enabled" in low or "disabled" in low:
+        return [
+            config_fix(INDUCTOR_CONFIG, "fx_graph_cache", True),
+            config_fix(FUNCTORCH_CONFIG, "enable_autograd_cache", True),
+        ]
+    return []
 
 
 def rule_caches(s: Session) -> list[Finding]:
@@ -200,6 +216,7 @@ def rule_caches(s: Session) -> list[Finding]:
                     :5
                 ],
                 fix=_bypass_fix(whys[0]),
+                fixes=_bypass_fixes(whys[0]),
                 rank=RANK_CACHE + 20 + n,
             )
         )

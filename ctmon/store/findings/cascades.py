@@ -11,12 +11,13 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ctmon.store.findings import breaks as B
 from ctmon.store.findings import causes as C
 from ctmon.store.findings import guard_advice as A
 from ctmon.store.findings import guards as G
 from ctmon.store.findings import levers as L
 from ctmon.store.findings import recompiles as R
-from ctmon.store.findings.model import RANK_RECOMPILES, Finding
+from ctmon.store.findings.model import CONFIG, RANK_RECOMPILES, Finding, Fix, code_fix
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
@@ -46,6 +47,29 @@ def _unique(frames: list[Frame]) -> list[Frame]:
         if all(f is not x for x in out):
             out.append(f)
     return out
+
+
+def _numbers_from_calls(s: Session, frames: list[Frame], fix: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
+    """Frames that resume with a number a call Dynamo cannot trace returned
+    (``time.time()``): capture_scalar_outputs does not capture that call
+    (measured: tests/test_advice_older.py), so the advice names the call, and
+    the setting stays a fix only if some frame's number came from a tensor."""
+    calls = []
+    for f in frames:
+        _, _, site = R._resume_origin(s, f)
+        if site is not None and B.category(site) == B.CALL:
+            calls.append((f, B.skipped_function(site) or "the call", site))
+    if not calls:
+        return fix, fixes
+    for f, fn, site in calls:
+        fix += (
+            f" {f.title} resumes with the number {fn} returned, which Dynamo cannot trace and no setting captures: "
+            "call it outside the compiled function and pass the result in as a tensor argument."
+        )
+        fixes = [*fixes, code_fix(f"call {fn} outside the compiled function", site.file, site.line)]
+    if len(calls) == len(frames):
+        fixes = [x for x in fixes if x.kind != CONFIG]
+    return fix, fixes
 
 
 def rule_cascades(s: Session) -> list[Finding]:
@@ -89,6 +113,13 @@ def rule_cascades(s: Session) -> list[Finding]:
         else:
             severity = "warning" if n >= 2 or limited else "info"
         top = frames[0]
+        # the guard as the first frame received it (kwargs['input_ids']):
+        # the user's line names what it passed under that keyword
+        site = L.call_site(s, first, c0)
+        fix = A.fix_for(raw, vals, seen=A.values_seen(first_pairs, first.limit_hit), site=site)
+        fixes = A.fixes_for(raw, vals, site=site)
+        if g.kind == G.ITEM:
+            fix, fixes = _numbers_from_calls(s, frames, fix, fixes)
         out.append(
             Finding(
                 id=f"{_rule(g.kind)}:{'+'.join(str(f.frame_id) for f in frames)}:{g.name}"
@@ -100,11 +131,8 @@ def rule_cascades(s: Session) -> list[Finding]:
                 line=top.loc.line,
                 detail=detail,
                 evidence=evidence,
-                # the guard as the first frame received it (kwargs['input_ids']):
-                # the user's line names what it passed under that keyword
-                fix=A.fix_for(
-                    raw, vals, seen=A.values_seen(first_pairs, first.limit_hit), site=L.call_site(s, first, c0)
-                ),
+                fix=fix,
+                fixes=fixes,
                 rank=RANK_RECOMPILES + len(pairs) - (200 if warm else 0),
             )
         )

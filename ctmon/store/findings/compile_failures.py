@@ -58,7 +58,8 @@ def rule_compile_failures(s: Session) -> list[Finding]:
                     if inner
                     else "Read the reason above; run once with torch._dynamo.config.suppress_errors = False to see "
                     "the full error, and fix or isolate the failing code (torch.compiler.disable on the offending "
-                    "function)."
+                    "function). PyTorch's troubleshooting guide: "
+                    "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
                 ),
                 rank=RANK_RECOMPILES - 50,
             )

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctmon.store.cudagraphs import RECORD, GraphRecordings, GraphRun
-from ctmon.store.findings.model import RANK_SPIKES, Finding
+from ctmon.store.findings.model import RANK_SPIKES, Finding, Fix, config_fix
+from ctmon.store.findings.pytorch_hints import INDUCTOR_CONFIG
 from ctmon.words import cut
 
 if TYPE_CHECKING:
@@ -216,6 +217,14 @@ def _new_sizes(graphs: list[GraphRecordings]) -> list[str]:
     return seen[1:]
 
 
+def _fixes(graphs: list[GraphRecordings]) -> list[Fix]:
+    """_fix's setting as data: skipping CUDA graphs for dynamic graphs (the
+    padding is the user's code, in words)."""
+    if any(g.dynamic for g in graphs):
+        return [config_fix(INDUCTOR_CONFIG, "triton.cudagraph_skip_dynamic_graphs", True)]
+    return []
+
+
 def _fix(graphs: list[GraphRecordings]) -> str:
     dynamic = any(g.dynamic for g in graphs)
     recompiled = len({g.compile_id for g in graphs}) > 1
@@ -273,6 +282,7 @@ def rerecord_findings(s: Session, steady: tuple[int, float] | None) -> list[Find
                 ),
                 evidence=evidence,
                 fix=_fix(graphs),
+                fixes=_fixes(graphs),
                 rank=RANK_SPIKES + n if n_late else n / 10,
             )
         )

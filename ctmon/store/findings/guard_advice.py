@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from ctmon.store.findings import guards as G
 from ctmon.store.findings import levers as L
 from ctmon.store.findings.causes import Group
-from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, suggest
+from ctmon.store.findings.model import Fix, code_fix, compile_arg_fix
+from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, Setting, already_set, is_on, setting_fixes, suggest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 _ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
 _NAME = re.compile(r"^[A-Za-z_]\w*$")
+# torch._dynamo.config.allow_unspec_int_on_nn_module: int module attributes traced as dynamic values.
+UNSPEC_INT_ATTRS = Setting("allow_unspec_int_on_nn_module", True)
 KV_CACHE = re.compile(r"past_key_values|key_cache|value_cache|\bcache\b", re.IGNORECASE)
 
 
@@ -467,12 +470,21 @@ def fix_for(
         attr = name.rsplit(".", 1)[-1]
         owner = name.rsplit(".", 1)[0] if "." in name else "self"
         if G.is_int(g.expected) or (g.hint and "integer attributes" in g.hint):
+            buffer = (
+                f"Keep it in a tensor instead — {owner}.register_buffer('{attr}', torch.zeros((), "
+                f"dtype=torch.long)) and update it in place ({name}.fill_(value) or {name} += 1)"
+            )
+            if already_set(UNSPEC_INT_ATTRS, config or {}):
+                # measured (tests/test_advice_older.py): with the setting on, the attribute's first change
+                # still recompiles once, as automatic dynamic makes it dynamic; no later change does
+                return (
+                    f"'{name}' is an int attribute. {is_on(UNSPEC_INT_ATTRS)}: its first change recompiles once "
+                    f"(Dynamo then traces it as a dynamic value) and later ones do not. {buffer}: no recompile at all."
+                )
             return (
                 f"'{name}' is an int attribute, which torch.compile treats as a constant: every new value is a "
-                f"new graph. Keep it in a tensor instead — {owner}.register_buffer('{attr}', torch.zeros((), "
-                f"dtype=torch.long)) and update it in place ({name}.fill_(value) or {name} += 1) — or set "
-                "torch._dynamo.config.allow_unspec_int_on_nn_module = True so int attributes are traced as "
-                "dynamic values."
+                f"new graph. {buffer} — or set torch._dynamo.config.allow_unspec_int_on_nn_module = True so int "
+                "attributes are traced as dynamic values (one recompile remains, at the first change)."
             )
         return (
             f"'{name}' is read as a Python constant and changed between calls: if it changes often, store it as a "
@@ -518,3 +530,77 @@ def fix_for(
             "models, modules and helper objects once and keep them alive instead of re-creating them in the loop."
         )
     return "Keep the values the compiled code reads (arguments, globals, module attributes) stable between calls; see the guard text above."
+
+
+def fixes_for(
+    g: G.Guard,
+    values: list[str] | None = None,
+    config: Mapping[str, ConfigValue] | None = None,
+    *,
+    seen: str | None = None,
+    site: L.CallSite | None = None,
+) -> list[Fix]:
+    """``fix_for``'s advice as data (Finding.fixes), best first: the change at
+    the user's calling line, the compile argument, the setting -- never a
+    setting the job already has. Takes fix_for's arguments."""
+    config = config or {}
+    if library_guard_fix(g) is not None:
+        return []  # the library's own setting, in words
+    k = g.kind
+    file, line = (site.line.file, site.line.line) if site is not None and site.line is not None else (None, None)
+    if k == G.SHAPE:
+        return _shape_fixes(g, site, file, line)
+    if k == G.LOOP_BOUND:
+        return [
+            code_fix(f"keep `{loop_header(g)}` in Python; compile its body: step = torch.compile(body)", g.file, g.line)
+        ]
+    if k == G.ITEM:
+        return setting_fixes([CAPTURE_SCALARS], config)
+    if k == G.SCALAR:
+        tensor = code_fix(f"pass torch.tensor({g.name}) instead of the Python number", file, line)
+        compiled_dynamic = site is not None and site.call is not None and site.call.dynamic is True
+        return [tensor] if compiled_dynamic else [tensor, compile_arg_fix("dynamic", True)]
+    expression = {
+        G.DTYPE: "{}.to(torch.float32)",
+        G.DEVICE: "{}.to(device)",
+        G.REQUIRES_GRAD: "{}.detach()",
+        G.STRIDE: "{}.contiguous()",
+    }.get(k)
+    if expression is not None:
+        return [code_fix(expression.format(tensor_names(g.name, site).code), file, line)]
+    if k == G.GLOBAL:
+        return [code_fix(f"pass {g.name} in as an argument (a tensor if it changes every step)", g.file, g.line)]
+    if k == G.MODULE_ATTR and (G.is_int(g.expected) or (g.hint and "integer attributes" in g.hint)):
+        owner, _, attr = g.name.rpartition(".")
+        buffer = f"{owner or 'self'}.register_buffer('{attr}', torch.zeros((), dtype=torch.long)); update it in place"
+        return [*setting_fixes([UNSPEC_INT_ATTRS], config), code_fix(buffer, g.file, g.line)]
+    return []
+
+
+def _shape_fixes(g: G.Guard, site: L.CallSite | None, file: str | None, line: int | None) -> list[Fix]:
+    """shape_fix's advice as data: mark_dynamic at the user's line, then
+    dynamic=True where the user makes the torch.compile call; a library's
+    loop: its own argument."""
+    lever = site.lever if site is not None else L.USER
+    if lever == L.TRAINER:
+        text = (
+            "TrainingArguments(..., dataloader_drop_last=True)"
+            if g.dim == 0
+            else "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)"
+        )
+        return [code_fix(text)]
+    if lever == L.LIGHTNING:
+        return [code_fix("DataLoader(..., drop_last=True)" if g.dim == 0 else "pad each batch in the collate_fn")]
+    if g.expected and "<=" in g.expected:
+        return []  # already dynamic, out of its range: the range to widen is in words
+    out: list[Fix] = []
+    n = tensor_names(g.name, site)
+    if n.expr is not None or reachable(g.name):
+        out.append(code_fix(f"torch._dynamo.mark_dynamic({n.code}, {g.dim})", file, line))
+    if lever == L.ACCELERATE:
+        out.append(code_fix("Accelerator(dynamo_plugin=TorchDynamoPlugin(backend=..., dynamic=True))"))
+    else:
+        out.append(compile_arg_fix("dynamic", True))
+    if g.dim == 0:
+        out.append(code_fix("DataLoader(..., drop_last=True)"))
+    return out

@@ -29,6 +29,12 @@ SAMPLE_WINDOW_S = 1.0  # NVML utilisation covers roughly the second before a sam
 _FOUND_FROM = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
+# PyTorch's pages the advice links to where it says what is known rather than a fix proven here
+CACHING_PAGE = "https://pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html"
+REGIONAL_PAGE = "https://pytorch.org/tutorials/recipes/regional_compilation.html"
+TUNING_PAGE = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+
+
 def _steady_start(s: Session) -> tuple[int, float] | None:
     """Index and wall time of the boundary after which the loop counts as steady."""
     series = s.steps.current
@@ -83,8 +89,11 @@ def rule_compile_cost(s: Session) -> list[Finding]:
             detail="Where the compile time went, by frame. Warm caches (a persistent TORCHINDUCTOR_CACHE_DIR) make restarts cheaper.",
             evidence=evidence,
             fix=(
-                "Compile the hot parts (the model's forward/loss), not set-up code; keep caches warm between runs; "
-                "pick the mode by measurement (max-autotune compiles much longer)."
+                "The evidence says which frames the time went to. Known to cut it on a restart: a persistent compile "
+                "cache (TORCHINDUCTOR_CACHE_DIR, or torch.compiler.save_cache_artifacts / load_cache_artifacts: "
+                f"{CACHING_PAGE}); for a model of repeated blocks, compiling the block instead of the whole model "
+                f"(regional compilation: {REGIONAL_PAGE}). mode='max-autotune' compiles much longer than the default: "
+                "`ctmon bench` measures the modes on this script."
             ),
             rank=RANK_COST + min(total, 99),
         )
@@ -424,9 +433,11 @@ def rule_idle_gpu(s: Session) -> list[Finding]:
                 f"step p50 {st.p50_ms or 0:.2f} ms over {len(series)} steps",
             ],
             fix=(
-                "Feed it faster: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) and "
-                ".to(device, non_blocking=True); remove .item()/print of tensors from the loop; if kernel launches "
-                "dominate small steps, try mode='reduce-overhead' (CUDA graphs) or a larger batch."
+                "ctmon sees that the GPU waited, not for what: a profile of a few steps (torch.profiler) tells. "
+                f"What PyTorch's performance tuning guide ({TUNING_PAGE}) gives for a loop the GPU waits on: "
+                "DataLoader(num_workers=N, pin_memory=True) with .to(device, non_blocking=True); no .item() or "
+                "print of tensors in the loop (each waits for the GPU); for small steps that kernel launches "
+                "dominate, mode='reduce-overhead' (CUDA graphs) or a larger batch (`ctmon bench` measures the modes)."
             ),
             rank=RANK_GPU + (100 - mean) / 10,
         )

@@ -22,10 +22,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ctmon.store.findings.model import Fix, config_fix
+
 if TYPE_CHECKING:
     from ctmon.store.compiles import ConfigValue
 
 DYNAMO_CONFIG = "torch._dynamo.config"
+INDUCTOR_CONFIG = "torch._inductor.config"
+FUNCTORCH_CONFIG = "torch._functorch.config"
 
 # Names PyTorch's hints write for a setting, and the setting's real name.
 ALIASES = {
@@ -57,6 +61,10 @@ class Setting:
     @property
     def code(self) -> str:
         return f"{self.name} = {self.value!r}"
+
+    @property
+    def fix(self) -> Fix:
+        return config_fix(self.module, self.key, self.value)
 
 
 # The settings ctmon's own advice names.
@@ -100,6 +108,21 @@ def already_set(setting: Setting, config: Mapping[str, ConfigValue]) -> bool:
         return False
     have = config[setting.key]
     return isinstance(have, bool) == isinstance(setting.value, bool) and have == setting.value
+
+
+# Settings a hint may name that are not a fix: they show errors, or hide them.
+NOT_FIXES = frozenset({"verbose", "suppress_errors"})
+
+
+def setting_fixes(settings: Iterable[Setting], config: Mapping[str, ConfigValue]) -> list[Fix]:
+    """The settings as fixes, once each, leaving out those the job already has
+    (a fix never asks for a setting already on) and those that are no fix."""
+    out: list[Fix] = []
+    for s in settings:
+        if s.key in NOT_FIXES or s.key.startswith(("_", "debug")) or already_set(s, config) or s.fix in out:
+            continue
+        out.append(s.fix)
+    return out
 
 
 def is_on(setting: Setting) -> str:

@@ -16,11 +16,20 @@ from ctmon.store.findings import breaks as B
 from ctmon.store.findings import causes as C
 from ctmon.store.findings import guards as G
 from ctmon.store.findings import levers as L
-from ctmon.store.findings.guard_advice import bound_name, fix_for, loop_header, reachable, values_seen, what_changed
+from ctmon.store.findings.guard_advice import (
+    bound_name,
+    fix_for,
+    fixes_for,
+    loop_header,
+    reachable,
+    values_seen,
+    what_changed,
+)
 from ctmon.store.findings.guard_advice import tensor_names as _tensor
 from ctmon.store.findings.guard_advice import values_taken as _values
 from ctmon.store.findings.guards import strip_comment
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix, config_fix
+from ctmon.store.findings.pytorch_hints import DYNAMO_CONFIG
 from ctmon.words import cut
 
 if TYPE_CHECKING:
@@ -93,6 +102,7 @@ def rule_recompile_limit(s: Session) -> list[Finding]:
             if dom
             else ""
         )
+        fixes = fixes_for(dom[0][1], _values(dom), config=config, site=site) if dom else []
         if not dom or dom[0][1].kind != G.LOOP_BOUND:
             # a loop bound that takes a few values is the one case a higher
             # limit fixes: its advice says so, with the count of values seen
@@ -115,6 +125,7 @@ def rule_recompile_limit(s: Session) -> list[Finding]:
                 ),
                 evidence=evidence,
                 fix=fix.strip(),
+                fixes=fixes,
                 rank=RANK_LIMIT + len(pairs),
             )
         )
@@ -148,6 +159,7 @@ def rule_limit_approaching(s: Session) -> list[Finding]:
                     f"Remove the causes you can (see the guard findings for {f.title}); if the versions are all needed, "
                     f"raise torch._dynamo.config.recompile_limit above {f.entries + 2}."
                 ),
+                fixes=[config_fix(DYNAMO_CONFIG, "recompile_limit", f.entries + 3)],
                 rank=RANK_RECOMPILES - 100 + f.entries,
             )
         )
@@ -216,6 +228,9 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                 if (reachable(name) or named.expr is not None) and site.lever not in L.LIBRARY_LOOPS
                 else ""
             )
+            fixes: list[Fix] = (
+                [code_fix(f"torch._dynamo.mark_dynamic({named.code}, {dim})", *_line_of(site))] if mark else []
+            )
             fix = (
                 "Nothing while the steps see only these sizes. To make the warm-up cheap, keep the compile "
                 "caches between runs (a persistent TORCHINDUCTOR_CACHE_DIR, or "
@@ -253,6 +268,7 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                 )
             detail += _budget(s, frame) if n >= 2 else ""
             fix = fix_for(g0, sizes, site=L.call_site(s, frame, pairs[0][0]))
+            fixes = fixes_for(g0, sizes, site=L.call_site(s, frame, pairs[0][0]))
         out.append(
             Finding(
                 id=f"shape-recompiles:{frame.frame_id}:{name}:{dim}",
@@ -264,10 +280,16 @@ def rule_shape_recompiles(s: Session) -> list[Finding]:
                 detail=detail,
                 evidence=[_ev(c, g) for c, g in pairs[:8]],
                 fix=fix,
+                fixes=fixes,
                 rank=rank,
             )
         )
     return out
+
+
+def _line_of(site: L.CallSite | None) -> tuple[str | None, int | None]:
+    """The user's calling line into the compiled code, where known."""
+    return (site.line.file, site.line.line) if site is not None and site.line is not None else (None, None)
 
 
 def _resume_origin(s: Session, frame: Frame) -> tuple[str | None, int | None, BreakSite | None]:
@@ -295,11 +317,14 @@ def rule_scalar_recompiles(s: Session) -> list[Finding]:
         kind, name = g0.kind, g0.name
         values = [g.expected for _, g in pairs if g.expected]
         file, line = (g0.file, g0.line) if g0.file else (frame.loc.file, frame.loc.line)
-        fix = fix_for(g0, config=s.compile.config_in_force(c.compile_id for c, _ in pairs))
+        config = s.compile.config_in_force(c.compile_id for c, _ in pairs)
+        fix = fix_for(g0, config=config)
+        scalar_fixes = fixes_for(g0, config=config, site=L.call_site(s, frame, pairs[0][0]))
         if kind == G.ITEM:
             bfile, bline, site = _resume_origin(s, frame)
             if site is not None and B.category(site) == B.CALL:
                 fn = B.skipped_function(site) or "the call"
+                scalar_fixes = [code_fix(f"call {fn} outside the compiled function", site.file, site.line)]
                 fix = (
                     f"The number comes from {fn}, which Dynamo cannot trace: call it outside the compiled function "
                     "and pass the result in as a tensor argument (or keep it out of tensor code), so the graph "
@@ -353,6 +378,7 @@ def rule_scalar_recompiles(s: Session) -> list[Finding]:
                 evidence=[_ev(c, g) for c, g in pairs[:8]]
                 + ([f"values seen: {', '.join(values[:10])}"] if values else []),
                 fix=fix,
+                fixes=scalar_fixes,
                 rank=RANK_RECOMPILES + n,
             )
         )
@@ -423,6 +449,7 @@ def _loop_bound_finding(s: Session, frame: Frame, pairs: Group) -> Finding:
         detail=(detail.strip() + (_budget(s, frame) if n >= 2 else "")),
         evidence=evidence,
         fix=fix_for(g0, config=config, seen=seen),
+        fixes=fixes_for(g0, config=config, seen=seen),
         rank=RANK_RECOMPILES + n,
     )
 
@@ -473,6 +500,7 @@ def rule_other_guards(s: Session) -> list[Finding]:
         kind, name = g0.kind, g0.name
         what = G.DESCRIPTIONS.get(kind, "a guard failed")
         vals = _values(pairs)
+        config = s.compile.config_in_force(c.compile_id for c, _ in pairs)
         binary = (G.DEVICE, G.DISPATCH, G.TRAINING, G.REQUIRES_GRAD, G.GRAD_MODE, G.GLOBAL_STATE, G.INVALIDATED)
         seen = f" Values seen: {', '.join(vals[:8])}." if vals and kind not in binary else ""
         hint = f" Dynamo's hint: {g0.hint}" if g0.hint else ""
@@ -491,7 +519,8 @@ def rule_other_guards(s: Session) -> list[Finding]:
                     + hint
                 ),
                 evidence=[_ev(c, g) for c, g in pairs[:8]],
-                fix=fix_for(g0, vals, site=L.call_site(s, frame, pairs[0][0])),
+                fix=fix_for(g0, vals, config=config, site=L.call_site(s, frame, pairs[0][0])),
+                fixes=fixes_for(g0, vals, config=config, site=L.call_site(s, frame, pairs[0][0])),
                 rank=RANK_RECOMPILES + n,
             )
         )

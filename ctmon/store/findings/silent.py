@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ctmon.store.findings.library_breaks import by_design, package_of
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
+from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix
 from ctmon.words import cut
 
 if TYPE_CHECKING:
@@ -369,6 +369,7 @@ def _ddp_finding(s: Session, call: E.CompileCall, n: int, cost: float, frames_sa
         ),
         evidence=_ddp_evidence(s, call) + frames_said,
         fix=_ddp_fix(call),
+        fixes=[_ddp_code_fix(call)],
         rank=RANK_RECOMPILES - 60,
     )
 
@@ -385,6 +386,17 @@ def _ddp_evidence(s: Session, call: E.CompileCall) -> list[str]:
     sites.sort(key=lambda b: (-b.count, b.file or "", b.line or 0))
     said += [f"DDP's bookkeeping breaks the graph at {b.file}:{b.line} ×{b.count}: {b.reason}" for b in sites[:4]]
     return said
+
+
+def _ddp_code_fix(call: E.CompileCall) -> Fix:
+    """_ddp_fix as data: the change at the line that compiles (the user's line into accelerate)."""
+    mine = call.called_from
+    file, line = (mine.file, mine.line) if mine is not None else (call.file, call.line)
+    if package_of(call.file) == "accelerate":
+        return code_fix(
+            "model = torch.compile(model) before accelerator.prepare(model, ...), dynamo_backend='no'", file, line
+        )
+    return code_fix("model = DDP(torch.compile(model))", file, line)
 
 
 def _ddp_fix(call: E.CompileCall) -> str:
