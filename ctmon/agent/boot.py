@@ -13,23 +13,41 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctmon.agent.core import Agent
 
 _started = False
 
 
-def start(pending: bool = False) -> None:
+def running() -> bool:
+    """Whether this process has an agent already (launched, installed or joined)."""
+    return _started
+
+
+def start(
+    pending: bool = False, socket_path: str | None = None, session_dir: str | None = None, joined: bool = False
+) -> Agent | None:
     """Connect to the supervisor and install the hooks; never raises.
 
     Once per process image: a second import of the hook (user code that
     imports ``sitecustomize`` again) finds the agent running. A *pending*
     agent (a child that may still become a rank: ctmon/agent/pending.py)
-    connects only once it knows its rank, and keeps what it saw until then."""
+    connects only once it knows its rank, and keeps what it saw until then.
+
+    A launched job finds its supervisor in its environment; a *joined* one
+    (ctmon/agent/join.py) is told where it is, and says nothing on the
+    job's streams: they are the job's alone."""
     global _started
-    path = os.environ.get("CTMON_AGENT_SOCKET")
+    path = socket_path or os.environ.get("CTMON_AGENT_SOCKET")
     if not path or _started:
-        return
+        return None
     _started = True
-    filled = _fill_free_std_fds()
+    if session_dir is None:
+        session_dir = os.environ.get("CTMON_SESSION_DIR")
+    filled = [] if joined else _fill_free_std_fds()
+    agent = None
     try:
         from ctmon.agent.channel import connect
         from ctmon.agent.core import Agent
@@ -38,23 +56,29 @@ def start(pending: bool = False) -> None:
         if pending:
             from ctmon.agent.pending import start_pending
 
-            agent = start_pending(path, os.environ.get("CTMON_SESSION_DIR"))
+            agent = start_pending(path, session_dir)
         else:
             sock = connect(path)
             if sock is None:
-                sys.stderr.write("ctmon: could not reach the monitor; running without it\n")
-                return
+                if joined:
+                    _started = False  # a process ctmon could not join may be joined again
+                else:
+                    sys.stderr.write("ctmon: could not reach the monitor; running without it\n")
+                return None
             agent = Agent(sock)
-            agent.start(os.environ.get("CTMON_SESSION_DIR"))
+            agent.joined = joined
+            agent.start(session_dir)
         watch_torch_import(agent)
         agent.hook_exec()  # events queued before an os.execv are sent first
         # Registered before any user code: runs after the job's own handlers.
         atexit.register(agent.close)
     except Exception as exc:  # never keep the job from running
-        sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
+        if not joined:
+            sys.stderr.write(f"ctmon: hook disabled ({type(exc).__name__}: {exc})\n")
     finally:
         for fd in filled:
             os.close(fd)
+    return agent
 
 
 def _fill_free_std_fds() -> list[int]:

@@ -57,6 +57,12 @@ class Agent:
         self.socket_path: str | None = None
         self.forked = False
         self._closed = False
+        # A process ctmon joined while it ran (ctmon/agent/join.py): asked
+        # at each flush whether the supervisor wants it gone, then it leaves.
+        self.joined = False
+        self.leave_requested: Any = None
+        self.on_leave: Any = None
+        self.trace_level_before: int | None = None
 
     # ---- records -> events (sender thread) ----
 
@@ -80,6 +86,44 @@ class Agent:
                 out.extend(hook())
             except Exception:
                 pass
+        asked = self.leave_requested
+        if asked is not None and asked():
+            out = self._leave(out)
+        return out
+
+    def _leave(self, out: list[protocol.Event]) -> list[protocol.Event]:
+        """A joined agent asked to leave (on the sender thread, in a flush):
+        its hooks out, its last events sent, then its thread ends and its
+        connection closes after that flush's send (ctmon/agent/join.py)."""
+        self.leave_requested = None
+        self._closed = True
+        try:
+            if self.on_leave is not None:
+                self.on_leave()
+        except Exception:
+            pass
+        for hook in self.final_hooks:
+            try:
+                out.extend(hook())
+            except Exception:
+                pass
+        message = f"ctmon left process {os.getpid()}: its hooks are out and the job runs on as before the join"
+        out.append({"kind": protocol.NOTE, "t": time.time(), "level": "info", "source": "join", "message": message})
+        ch = self.channel
+        ch._stop = True
+        send = ch._send
+
+        def last_send(data: bytes) -> None:
+            send(data)
+            sock, ch._sock = ch._sock, None
+            ch.disabled = True
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+        ch._send = last_send  # type: ignore[method-assign]
         return out
 
     # ---- lifecycle ----

@@ -92,6 +92,10 @@ def parse_launch(prog: str, argv: list[str], options: list[OptionSpec]) -> Parse
             continue
         target, rest = ("script", a), argv[i + 1 :]
         break
+    if out.values.get("pid") is not None:
+        if target is not None:
+            raise UsageError(f"{prog}: --pid joins a running process: give it no script or module")
+        return out  # a running process, no job to start (ctmon/cli/join_pid.py)
     if target is None:
         raise UsageError(f"{prog}: a script or -m MODULE is required (ctmon {prog} [options] SCRIPT [ARGS...])")
     mode, name = target

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.cli.join_pid import PID_OPTION
 from ctmon.cli.record import check_metrics, metrics_url, run_headless
 from ctmon.launch.spec import JobSpec, check_not_target, check_writable
 
@@ -40,8 +41,9 @@ OPTIONS = [
         "(loopback by default; or CTMON_METRICS_PORT)",
         metavar="ADDR",
     ),
+    PID_OPTION,
 ]
-USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]"
+USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon attach [options] --pid PID"
 DESCRIPTION = (
     "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live.\n"
     "Of ctmon record's options -o and --metrics-port apply here; --fail-on, --listen and -q are\n"
@@ -54,6 +56,9 @@ def main(argv: list[str]) -> int:
     if parsed.help:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
+    pid_text = parsed.text("pid")
+    if pid_text is not None:
+        return _attach_pid(pid_text, parsed.text("output"), parsed.flag("no_tui") or not _interactive())
     assert parsed.spec is not None
     output = parsed.text("output")
     grace = stop_grace(parsed.text("stop_grace"))
@@ -61,6 +66,18 @@ def main(argv: list[str]) -> int:
     if parsed.flag("no_tui") or not _interactive():
         return run_headless(parsed.spec, output, metrics=metrics)
     return run_tui(parsed.spec, output, grace, metrics)
+
+
+def _attach_pid(pid_text: str, output: str | None, headless: bool) -> int:
+    """A running process (ctmon/cli/join_pid.py): the TUI until it is quit,
+    then ctmon leaves the process running; headless, ``record --pid``."""
+    from ctmon.cli import join_pid
+    from ctmon.cli.record import main as record_main
+
+    pid = join_pid.parse_pid("attach", pid_text)
+    if headless:
+        return record_main(["--pid", str(pid), *(["-o", output] if output else [])])
+    return join_pid.attach_pid(pid, output)
 
 
 def stop_grace(value: str | None) -> float:

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.cli.join_pid import PID_OPTION, before_lines, check, join_failure, parse_pid
 from ctmon.launch import runtime
 from ctmon.launch.sockets import parse_listen
 from ctmon.launch.spec import JobSpec, UsageError, check_not_target, check_writable
@@ -52,8 +53,9 @@ OPTIONS = [
         help="serve Prometheus metrics at [HOST:]PORT (loopback by default; or CTMON_METRICS_PORT)",
         metavar="ADDR",
     ),
+    PID_OPTION,
 ]
-USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]"
+USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon record [options] --pid PID"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
 
 
@@ -62,18 +64,32 @@ def main(argv: list[str]) -> int:
     if parsed.help:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
-    assert parsed.spec is not None
     budgets = parse_budgets(parsed.texts("fail_on"))
     listen = check_listen(parsed.text("listen"))
     metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None)
+    pid_text = parsed.text("pid")
+    spec, join_pid = parsed.spec, None
+    if pid_text is not None:
+        join_pid = parse_pid("record", pid_text)
+        spec = joined_spec(check("record", join_pid))
+    assert spec is not None
     return run_headless(
-        parsed.spec,
+        spec,
         parsed.text("output"),
         quiet=parsed.flag("quiet"),
         budgets=budgets,
         listen=listen,
         metrics=metrics,
+        join_pid=join_pid,
     )
+
+
+def joined_spec(target: Any) -> JobSpec:
+    """The joined process's command line, as the session shows it."""
+    from ctmon.launch.join import job_command
+
+    program, args = job_command(target)
+    return JobSpec(mode="command", target=program, args=args, cwd=target.cwd)
 
 
 def metrics_url(spec: str) -> str:
@@ -119,6 +135,7 @@ def run_headless(
     budgets: list[gate.Budget] | None = None,
     listen: str | None = None,
     metrics: str | None = None,
+    join_pid: int | None = None,
 ) -> int:
     # imported here: the job's interpreter was checked (torch, the script)
     # before anything heavier than the standard library is loaded; and
@@ -144,8 +161,12 @@ def run_headless(
                 listen=listen,
                 metrics=metrics,
                 new_files=output is None,
+                join_pid=join_pid,
             ),
         )
+        join_notes: list[Any] = []
+        if join_pid is not None:
+            sup.on_event = lambda ev: join_notes.append(ev) if getattr(ev, "source", None) == "join" else None
         if listen:
             sup.on_listening = lambda addr, token: _announce(sup, addr, os.path.join(sdir, "token"))
         if metrics:
@@ -156,7 +177,17 @@ def run_headless(
             raise UsageError(str(e)) from None
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
-    return conclude(sup, info, output or recording, quiet, budgets or [])
+    if join_pid is None:
+        return conclude(sup, info, output or recording, quiet, budgets or [])
+    failure = join_failure(join_notes)
+    if failure is not None:
+        raise UsageError(f"record --pid: {failure}")
+    code = conclude(sup, info, output or recording, quiet, budgets or [])
+    if not quiet:
+        _say_all(before_lines(recording))
+    if not quiet and runtime.alive(join_pid):
+        _say(f"ctmon: left process {join_pid} running, as it was before ctmon joined")
+    return code if code in (gate.BUDGET_EXIT, gate.RECORDING_EXIT) else 0  # the job's status is not ctmon's
 
 
 def conclude(sup: Supervisor, info: ExitInfo, shown: str, quiet: bool, budgets: list[gate.Budget]) -> int:

@@ -39,6 +39,7 @@ import ctmon
 from ctmon.launch.adopted_job import AdoptedJob
 from ctmon.launch.intake import Agent, Intake
 from ctmon.launch.job import Job
+from ctmon.launch.join import JoinedJob, JoinRefused
 from ctmon.launch.metrics import MetricsError, MetricsServer
 from ctmon.launch.recorder import Recorder, RecorderError
 from ctmon.launch.registry import Registry
@@ -72,6 +73,7 @@ class SupervisorOptions:
     new_files: bool = False  # ctmon chose the names: create them, never reuse what is there
     adopt_pid: int | None = None  # a running process that called ctmon.install(): not started here
     metrics: str | None = None  # "[HOST:]PORT": serve Prometheus metrics there (ctmon/launch/metrics.py)
+    join_pid: int | None = None  # a running process to join (--pid): not started here (ctmon/launch/join.py)
 
 
 class SupervisorError(Exception):
@@ -95,12 +97,16 @@ class Supervisor:
         self.agent_sock: socket.socket | None = None
         self.viewer_sock: socket.socket | None = None
         self.recorder = Recorder(opts.recording, opts.output_log, opts.new_files)
-        self.job: Job | AdoptedJob = (
-            AdoptedJob(opts.adopt_pid, self.sel, self._emit)
-            if opts.adopt_pid is not None
-            else Job(spec, opts.mode, opts.pty_size, self.sel, self.recorder, self._emit)
-        )
+        self.job: Job | AdoptedJob
+        if opts.join_pid is not None:
+            self.job = JoinedJob(opts.join_pid, self.sel, self._emit)
+        elif opts.adopt_pid is not None:
+            self.job = AdoptedJob(opts.adopt_pid, self.sel, self._emit)
+        else:
+            self.job = Job(spec, opts.mode, opts.pty_size, self.sel, self.recorder, self._emit)
         self.intake = Intake(opts.session_dir, self._emit, self._write_line, self._peer_note)
+        if isinstance(self.job, JoinedJob):
+            self.job.agents = self.intake  # leaving shuts the agents' connections
         self.viewers = Viewers(
             self.sel, self.recorder, Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin)
         )
@@ -160,6 +166,11 @@ class Supervisor:
         )
         try:
             self.job.spawn(env)  # before our signal handlers: the job inherits the defaults
+        except JoinRefused as e:  # the joined process was left as it was
+            if self.metrics is not None:
+                self.metrics.close()
+            self._close()
+            raise SupervisorError(str(e)) from None
         except OSError as e:
             self._emit(self._session_event(start, None))
             self._emit(_note(f"could not start {self.spec.python}: {e.strerror or e}", "error"))

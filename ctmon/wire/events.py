@@ -106,6 +106,17 @@ class Torch(Ranked, tag="torch"):
     env: dict[str, str] = {}
 
 
+class Joined(Ranked, tag="joined"):
+    """ctmon joined a process that was running (``--pid``): what Dynamo had
+    done before, read from its own state (docs/PROTOCOL.md), never told as
+    compile events."""
+
+    pid: int | None = None
+    torch: str | None = None
+    dynamo: bool = False  # whether the process had imported torch._dynamo
+    before: dict[str, Any] = {}
+
+
 class CudaDevice(msgspec.Struct, omit_defaults=True, gc=False):
     index: int | None = None
     name: str | None = None
@@ -560,6 +571,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged d
     CompileCall,
     Process,
     Torch,
+    Joined,
     Devices,
     Exit,
     CompileStart,

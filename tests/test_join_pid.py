@@ -1,0 +1,325 @@
+"""``ctmon record --pid``: joining a plain ``python script.py`` that runs.
+
+The job compiles, then waits for files the test writes; ctmon joins it after
+its first compile. What came before is in the ``joined`` event (never as
+compile events), a later recompile and graph break are recorded, leaving
+takes every hook out, and the job's output and exit code are a plain run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="joining uses /proc and gdb"),
+]
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+
+WAIT_S = 120.0  # a compile on a busy 2-core machine; every wait is bounded by it
+
+JOB = textwrap.dedent(
+    """
+    import logging, os, sys, threading, time
+    import torch
+    d = sys.argv[1]
+
+    def wait(name):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(d, name)):
+            if time.monotonic() > deadline:
+                sys.exit(7)
+            time.sleep(0.02)
+
+    @torch.compile(backend="eager")
+    def f(x):
+        return torch.sin(x) + 1
+
+    f(torch.randn(4))
+    print("compiled once", flush=True)
+    open(os.path.join(d, "ready"), "w").close()
+    wait("go")
+    f(torch.randn(4, 3))  # a recompile: the rank of x changed
+
+    def g(x):
+        y = x * 2
+        print("a print breaks the graph", file=sys.stderr, flush=True)
+        return y + 1
+
+    torch.compile(g, backend="eager")(torch.randn(3))
+    open(os.path.join(d, "compiled"), "w").close()
+    wait("end")
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+    print("threads", sorted(t.name for t in threading.enumerate()))
+    print("trace handlers", len(logging.getLogger("torch.__trace").handlers))
+    print("optimizer hooks", len(_global_optimizer_post_hooks))
+    print("torch.compile", torch.compile.__module__, hasattr(torch.compile, "__ctmon_wrapped__"))
+    sys.exit(3)
+    """
+)
+BREAK_LINE = 1 + JOB.splitlines().index('    print("a print breaks the graph", file=sys.stderr, flush=True)')
+F_LINE = 1 + JOB.splitlines().index('@torch.compile(backend="eager")')  # a decorated function starts at its decorator
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _ctmon(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ctmon", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return out
+
+
+def _kinds(path: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in _events(path) if e.get("kind") == kind]
+
+
+def _kill(p: subprocess.Popen[Any]) -> None:
+    if p.poll() is None:
+        p.kill()
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+@pytest.fixture
+def job_script(tmp_path: Path) -> Path:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    return script
+
+
+@pytest.fixture
+def started(tmp_path: Path, job_script: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The job, plain python, past its first compile and waiting."""
+    d = tmp_path / "signals"
+    d.mkdir()
+    job = subprocess.Popen(
+        [sys.executable, str(job_script), str(d)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        _wait(lambda: (d / "ready").exists() or job.poll() is not None, "the job's first compile")
+        assert job.poll() is None, job.communicate()
+        yield job, d
+    finally:
+        _kill(job)
+
+
+def _plain_run(tmp_path: Path, job_script: Path) -> tuple[int, str, str]:
+    d = tmp_path / "plain"
+    d.mkdir()
+    for name in ("go", "end"):
+        (d / name).touch()
+    done = subprocess.run(
+        [sys.executable, str(job_script), str(d)], capture_output=True, text=True, cwd=tmp_path, timeout=WAIT_S
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@needs_gdb
+def test_join_lists_what_came_before_records_what_follows_and_leaves_cleanly(
+    tmp_path: Path, job_script: Path, started: tuple[subprocess.Popen[str], Path]
+) -> None:
+    job, d = started
+    rec = tmp_path / "joined.jsonl"
+    ctmon = _ctmon("record", "--pid", str(job.pid), "-o", str(rec))
+    try:
+        _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
+        assert ctmon.poll() is None, ctmon.communicate()
+        (d / "go").touch()
+        _wait(lambda: bool(_kinds(rec, "graph_break")) or ctmon.poll() is not None, "the graph break")
+        # leaving mid-run: SIGINT, as Ctrl-C would
+        ctmon.send_signal(signal.SIGINT)
+        out, err = ctmon.communicate(timeout=WAIT_S)
+    finally:
+        _kill(ctmon)
+    assert ctmon.returncode == 0, err
+    assert job.poll() is None  # left running
+    (d / "end").touch()
+    job_out, job_err = job.communicate(timeout=WAIT_S)
+
+    # the job's output and exit code are a plain run's: nothing of ctmon is left in it
+    assert (job.returncode, job_out, job_err) == _plain_run(tmp_path, job_script)
+    assert "threads ['MainThread']" in job_out and "trace handlers 0" in job_out
+    assert "optimizer hooks 0" in job_out and "torch.compile torch False" in job_out
+
+    (joined,) = _kinds(rec, "joined")
+    frames = joined["before"]["frames"]["list"]
+    assert [(f["file"], f["line"], f["name"], f["entries"]) for f in frames] == [(str(job_script), F_LINE, "f", 1)]
+    assert joined["before"]["counters"]["stats"]["unique_graphs"] == 1
+    assert joined["before"]["config"]["recompile_limit"] >= 1
+    # before the join is never told as compile events: the recording's compiles are the later ones
+    compiles = _kinds(rec, "compile")
+    assert [c["compile_id"] for c in compiles][:1] == ["0/1"]
+    # files PyTorch's trace named (by number) before the join are still named
+    starts = {s["compile_id"]: s for s in _kinds(rec, "compile_start")}
+    assert starts["0/1"]["file"] == str(job_script) and starts["0/1"]["line"] == F_LINE
+    (reasons,) = _kinds(rec, "recompile_reasons")
+    assert "rank mismatch" in reasons["reasons"][0]
+    breaks = _kinds(rec, "graph_break")
+    assert [(b["file"], b["line"]) for b in breaks] == [(str(job_script), BREAK_LINE)]
+    assert any(n.get("source") == "join" and "left process" in n["message"] for n in _kinds(rec, "note"))
+    assert "before ctmon joined: 1 frame(s)" in err and f"left process {job.pid} running" in err
+
+
+@needs_gdb
+def test_joining_twice_is_refused_and_a_job_that_exits_ends_the_recording(
+    tmp_path: Path, started: tuple[subprocess.Popen[str], Path]
+) -> None:
+    job, d = started
+    rec = tmp_path / "first.jsonl"
+    first = _ctmon("record", "-q", "--pid", str(job.pid), "-o", str(rec))
+    try:
+        _wait(lambda: bool(_kinds(rec, "joined")) or first.poll() is not None, "the joined event")
+        second = _ctmon("record", "--pid", str(job.pid), "-o", str(tmp_path / "second.jsonl"))
+        try:
+            _, err = second.communicate(timeout=WAIT_S)
+        finally:
+            _kill(second)
+        assert second.returncode == 2
+        assert err.splitlines() == [
+            f"ctmon: record --pid: ctmon has joined process {job.pid} already: watch it with: ctmon watch {job.pid}"
+        ]
+        # a ctmon that cannot see the first one's session (another runtime
+        # directory) is told by the agent in the job itself
+        elsewhere = tempfile.mkdtemp(prefix="ctj-")  # short: socket paths have a limit
+        try:
+            env = {**os.environ, "CTMON_RUNTIME_DIR": elsewhere}
+            third = _ctmon("record", "--pid", str(job.pid), "-o", str(tmp_path / "third.jsonl"), env=env)
+            try:
+                _, err = third.communicate(timeout=WAIT_S)
+            finally:
+                _kill(third)
+        finally:
+            shutil.rmtree(elsewhere, ignore_errors=True)
+        assert third.returncode == 2
+        assert err.splitlines() == [f"ctmon: record --pid: process {job.pid} is monitored by ctmon already"]
+        (d / "go").touch()
+        (d / "end").touch()
+        job.communicate(timeout=WAIT_S)
+        _, err = first.communicate(timeout=WAIT_S)  # the job's own exit ends the recording
+    finally:
+        _kill(first)
+    assert job.returncode == 3
+    assert first.returncode == 0, err
+    assert _kinds(rec, "exit") and _kinds(rec, "graph_break")
+
+
+def _refusal(pid: int, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctmon", "record", "--pid", str(pid)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT_S,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ctmon: "), done.stderr
+    return lines[0]
+
+
+def test_refusals_are_one_line_and_leave_the_process_alone() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert f"no process {gone.pid}" in _refusal(gone.pid)
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    quiet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    env = {**os.environ, "CTMON_AGENT_SOCKET": "/nonexistent/agent.sock"}
+    launched = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        assert "(sleep) is not a Python process" in _refusal(sleeper.pid)
+        assert f"runs under ctmon already: watch it with: ctmon watch {launched.pid}" in _refusal(launched.pid)
+        no_gdb = {**os.environ, "PATH": "/nonexistent"}
+        assert "needs gdb: apt-get install gdb" in _refusal(quiet.pid, no_gdb)
+        assert "not 'x'" in _refusal_text("x")
+        os.kill(quiet.pid, signal.SIGSTOP)
+        try:
+            _wait(lambda: Path(f"/proc/{quiet.pid}/stat").read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+            assert f"is stopped (SIGSTOP, or a debugger holds it): continue it (kill -CONT {quiet.pid})" in _refusal(
+                quiet.pid
+            )
+        finally:
+            os.kill(quiet.pid, signal.SIGCONT)
+        for p in (sleeper, quiet, launched):
+            assert p.poll() is None  # untouched
+    finally:
+        for p in (sleeper, quiet, launched):
+            _kill(p)
+
+
+def _refusal_text(pid_text: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctmon", "record", "--pid", pid_text], capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done
+    return done.stderr
+
+
+@needs_gdb
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_attach_pid_watches_then_leaves_the_job_running_when_quit(
+    tmp_path: Path, started: tuple[subprocess.Popen[str], Path]
+) -> None:
+    from test_tui_e2e import Tmux
+
+    job, d = started
+    rec = tmp_path / "attached.jsonl"
+    tm = Tmux(str(tmp_path))
+    try:
+        tm.start_shell(140, 40)
+        tm("send-keys", "-t", "e2e", f"clear; {sys.executable} -m ctmon attach --pid {job.pid} -o {rec}", "Enter")
+        _wait(lambda: bool(_kinds(rec, "joined")), "the joined event")
+        (d / "go").touch()
+        _wait(lambda: bool(_kinds(rec, "graph_break")), "the graph break")
+        tm.wait_for(lambda s: "job.py" in s, WAIT_S, "the viewer")
+        tm("send-keys", "-t", "e2e", "q")
+        text = tm.wait_for(lambda s: f"left process {job.pid} running" in s, WAIT_S, "the viewer's exit")
+        assert "Traceback" not in text
+        _wait(lambda: any("left process" in n["message"] for n in _kinds(rec, "note")), "the agent's goodbye")
+        assert job.poll() is None  # left running
+        (d / "end").touch()
+        out, _ = job.communicate(timeout=WAIT_S)
+        assert job.returncode == 3 and "threads ['MainThread']" in out
+    finally:
+        tm.kill()
