@@ -163,7 +163,7 @@ def test_not_a_module_name() -> None:
         (["record", "--listen", "70000", JOB], "ctmon: bad --listen '70000': expected [HOST:]PORT"),
         (
             ["frobnicate"],
-            "ctmon: unknown command 'frobnicate' (commands: attach, record, replay, report, export, watch, bench, runs)",
+            "ctmon: unknown command 'frobnicate' (commands: attach, record, replay, report, diff, export, watch, bench, runs)",
         ),
     ],
     ids=[

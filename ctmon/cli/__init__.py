@@ -21,6 +21,7 @@ commands:
   record  [opts] SCRIPT|-m MODULE [ARGS...]   run a job headless, recording its events
   replay  FILE                                open the TUI on a recording (or a TORCH_TRACE dir)
   report  FILE [--json|--md]                  summarise a recording (or a TORCH_TRACE dir)
+  diff    BASE NEW [--json|--md] [--fail]     what changed between two runs (regressions first)
   export  --perfetto|--svg FILE -o OUT        the run as a timeline (Perfetto, chrome://tracing)
   bench   [opts] SCRIPT|-m MODULE [ARGS...]   run a script once per torch.compile mode and compare
   runs    [--keep N | --older-than AGE]       list (and prune) the recordings ctmon keeps
@@ -38,7 +39,7 @@ class CliError(Exception):
         self.status = status
 
 
-COMMANDS = ("attach", "record", "replay", "report", "export", "watch", "bench", "runs")
+COMMANDS = ("attach", "record", "replay", "report", "diff", "export", "watch", "bench", "runs")
 # ctmon's own requirements: a Python environment without one of them gets a
 # line saying so, not a traceback.
 REQUIREMENTS = ("msgspec", "numpy", "textual", "rich", "psutil", "prometheus_client")

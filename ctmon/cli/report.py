@@ -11,7 +11,7 @@ from ctmon.cli.record import parse_budgets
 from ctmon.report import gate
 from ctmon.textsafe import clean
 
-HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...]
+HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...] [--baseline BASE]
 
 Summarise a recording made by 'ctmon record' or 'ctmon attach'. Several
 files: the recordings of one distributed job's nodes, merged into one report.
@@ -24,15 +24,22 @@ options:
               exit 4 if the recording is incomplete (the disk cut it short);
               metrics: recompiles, compiles, graph_breaks, graph_break_sites, limit_hits,
               compile_failures, compile_time_s, fx_cache_misses, aot_cache_misses,
-              cache_bypasses, critical_findings, warning_findings, p50_ms, p90_ms, steps
+              cache_bypasses, critical_findings, warning_findings, p50_ms, p90_ms, steps;
+              'regression' (with --baseline): exit 3 if anything regressed since BASE
+  --baseline BASE
+              compare with an earlier run (a recording or TORCH_TRACE dir) as 'ctmon diff
+              BASE FILE' does; its regressions are listed on stderr
   -h, --help  show this help and exit
 """
+
+REGRESSION = "regression"  # --fail-on regression: the gate of 'ctmon diff --fail', against --baseline
 
 
 def main(argv: list[str]) -> int:
     fmt = "text"
     paths: list[str] = []
     budgets: list[str] = []
+    baseline: str | None = None
     it = iter(argv)
     for a in it:
         if a in ("-h", "--help"):
@@ -47,13 +54,24 @@ def main(argv: list[str]) -> int:
             if not expr:
                 raise CliError("report: --fail-on needs an expression, e.g. 'recompiles>2'")
             budgets.append(expr)
+        elif a == "--baseline" or a.startswith("--baseline="):
+            baseline = a.partition("=")[2] if "=" in a else next(it, None)
+            if not baseline:
+                raise CliError("report: --baseline needs a recording or TORCH_TRACE directory")
         elif a.startswith("-"):
             raise CliError(f"report: unknown option {a} (try: ctmon report --help)")
         else:
             paths.append(a)
     if not paths:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
-    checks = parse_budgets(budgets)
+    on_regression = REGRESSION in budgets
+    if on_regression and baseline is None:
+        raise CliError("report: --fail-on regression needs --baseline BASE (the run to compare with)")
+    checks = parse_budgets([b for b in budgets if b != REGRESSION])
+    from ctmon.cli.diff import load_run, regressions_since
+
+    # the baseline first: a bad one is one line before any output
+    base_run = load_run(baseline, "report: --baseline") if baseline is not None else None
     from ctmon.cli.progress import reading
     from ctmon.report.build import build_report
     from ctmon.report.merge import load_nodes
@@ -61,6 +79,7 @@ def main(argv: list[str]) -> int:
 
     session, stats, nodes = load_nodes(paths, reading(" ".join(paths)[:80]))
     report = build_report(session, nodes)
+    regressed = regressions_since(base_run, paths[0], session, report) if base_run is not None else []
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":
@@ -72,6 +91,10 @@ def main(argv: list[str]) -> int:
     else:
         _write_out(full_text(report))
     failures = gate.broken(checks, report)
+    for what in regressed:
+        sys.stderr.write(clean(f"ctmon: regression since {os.path.basename(str(baseline))}: {what}\n"))
+    if on_regression and regressed:
+        failures.append(f"{len(regressed)} regression(s) since the baseline (listed above)")
     for msg in failures:
         sys.stderr.write(f"ctmon: {msg}\n")
     if failures and gate.recording_notes(report):
