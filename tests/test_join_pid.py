@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trace_shape import TraceShape, from_script, read_trace_shape
 
 pytestmark = [
     pytest.mark.slow,
@@ -124,8 +125,9 @@ def job_script(tmp_path: Path) -> Path:
     return script
 
 
-@pytest.fixture
-def started(tmp_path: Path, job_script: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+def _start_job(
+    tmp_path: Path, job_script: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Path]:
     """The job, plain python, past its first compile and waiting."""
     d = tmp_path / "signals"
     d.mkdir()
@@ -135,22 +137,33 @@ def started(tmp_path: Path, job_script: Path) -> Iterator[tuple[subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        env=env,
     )
     try:
         _wait(lambda: (d / "ready").exists() or job.poll() is not None, "the job's first compile")
         assert job.poll() is None, job.communicate()
+    except BaseException:
+        _kill(job)
+        raise
+    return job, d
+
+
+@pytest.fixture
+def started(tmp_path: Path, job_script: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    job, d = _start_job(tmp_path, job_script)
+    try:
         yield job, d
     finally:
         _kill(job)
 
 
-def _plain_run(tmp_path: Path, job_script: Path) -> tuple[int, str, str]:
+def _plain_run(tmp_path: Path, job_script: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     d = tmp_path / "plain"
     d.mkdir()
     for name in ("go", "end"):
         (d / name).touch()
     done = subprocess.run(
-        [sys.executable, str(job_script), str(d)], capture_output=True, text=True, cwd=tmp_path, timeout=WAIT_S
+        [sys.executable, str(job_script), str(d)], capture_output=True, text=True, cwd=tmp_path, timeout=WAIT_S, env=env
     )
     return done.returncode, done.stdout, done.stderr
 
@@ -201,6 +214,58 @@ def test_join_lists_what_came_before_records_what_follows_and_leaves_cleanly(
     assert "before ctmon joined: 1 frame(s)" in err and f"left process {job.pid} running" in err
 
 
+CTMON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon") + os.sep
+
+
+def _ctmon_in_stacks(shape: TraceShape, script: str) -> list[str]:
+    """Frames of ctmon in any stack Dynamo recorded from the script down."""
+    bad = []
+    for cid, stack in shape.start_stacks.items():
+        bad += [f"{cid}: {fn}:{line}" for fn, line, _ in from_script(stack, script) if fn.startswith(CTMON_DIR)]
+    for cid, lines in shape.metric_stacks.items():
+        bad += [f"{cid}: {text}" for text in lines if CTMON_DIR in text]
+    return bad
+
+
+@needs_gdb
+def test_a_joined_job_traces_as_a_plain_run(tmp_path: Path, job_script: Path) -> None:
+    """The never-change-the-program rule, for a job ctmon joined mid-run:
+    PyTorch's own TORCH_TRACE of it (compile ids, frames, recompile reasons,
+    graph breaks) and its output and exit code are a plain run's."""
+    joined_trace, plain_trace = tmp_path / "joined_trace", tmp_path / "plain_trace"
+    job, d = _start_job(tmp_path, job_script, {**os.environ, "TORCH_TRACE": str(joined_trace)})
+    rec = tmp_path / "joined.jsonl"
+    try:
+        ctmon = _ctmon("record", "-q", "--pid", str(job.pid), "-o", str(rec))
+        try:
+            _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
+            assert ctmon.poll() is None, ctmon.communicate()
+            (d / "go").touch()
+            _wait(lambda: bool(_kinds(rec, "graph_break")) or ctmon.poll() is not None, "the graph break")
+            ctmon.send_signal(signal.SIGINT)
+            _, err = ctmon.communicate(timeout=WAIT_S)
+        finally:
+            _kill(ctmon)
+        assert ctmon.returncode == 0, err
+        (d / "end").touch()
+        job_out, job_err = job.communicate(timeout=WAIT_S)
+    finally:
+        _kill(job)
+    plain = _plain_run(tmp_path, job_script, {**os.environ, "TORCH_TRACE": str(plain_trace)})
+
+    want, got = read_trace_shape(str(plain_trace)), read_trace_shape(str(joined_trace))
+    assert len(want.compiles) >= 3, want.compiles  # f, f's recompile, g (and g's resume after the break)
+    assert want.breaks, "the print's graph break is the premise"
+    assert [c.compile_id for c in got.compiles] == [c.compile_id for c in want.compiles]
+    assert got.compiles == want.compiles
+    assert got.breaks == want.breaks
+    assert sorted(got.start_stacks) == sorted(want.start_stacks)
+    assert _ctmon_in_stacks(got, str(job_script)) == []
+    assert (job.returncode, job_out, job_err) == plain
+    # ctmon saw what came after the join
+    assert _kinds(rec, "graph_break") and _kinds(rec, "recompile_reasons")
+
+
 @needs_gdb
 def test_joining_twice_is_refused_and_a_job_that_exits_ends_the_recording(
     tmp_path: Path, started: tuple[subprocess.Popen[str], Path]
@@ -242,6 +307,32 @@ def test_joining_twice_is_refused_and_a_job_that_exits_ends_the_recording(
     assert job.returncode == 3
     assert first.returncode == 0, err
     assert _kinds(rec, "exit") and _kinds(rec, "graph_break")
+
+
+def test_call_addresses_are_where_the_process_has_its_functions() -> None:
+    """What gdb calls by address (no symbols read while the job is stopped)
+    is where the process's own dynamic linker put each function."""
+    from ctmon.launch.join import call_addresses
+
+    show = (
+        "import ctypes, sys\n"
+        "at = lambda f: ctypes.cast(f, ctypes.c_void_p).value\n"
+        "print(at(ctypes.CDLL(None).mmap), at(ctypes.pythonapi.Py_AddPendingCall),"
+        " at(ctypes.pythonapi.PyRun_SimpleString), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", show], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        want = [int(v) for v in child.stdout.readline().split()]
+        got = call_addresses(child.pid)
+        assert got is not None
+        assert [got["mmap"], got["Py_AddPendingCall"], got["PyRun_SimpleString"]] == want
+    finally:
+        _kill(child)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert call_addresses(gone.pid) is None  # gdb's own lookup is the fallback
 
 
 def _refusal(pid: int, env: dict[str, str] | None = None) -> str:
@@ -286,6 +377,31 @@ def test_refusals_are_one_line_and_leave_the_process_alone() -> None:
     finally:
         for p in (sleeper, quiet, launched):
             _kill(p)
+
+
+def test_several_pids_and_a_launcher_are_refused_with_what_to_join() -> None:
+    """Joining several processes, or a launcher whose children are the ranks,
+    is not done yet: one line that names what can be joined."""
+    assert "takes one process id, not 2" in _refusal_text("123,456")
+    spawn_ranks = (
+        "import os, subprocess, sys\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE,"
+        " env={**os.environ, 'RANK': str(r), 'WORLD_SIZE': '2'}) for r in range(2)]\n"
+        "print(' '.join(str(k.pid) for k in kids), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", spawn_ranks], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert launcher.stdout is not None
+        ranks = sorted(int(p) for p in launcher.stdout.readline().split())
+        line = _refusal(launcher.pid)
+        assert f"children {ranks[0]}, {ranks[1]} have RANK set): join a rank with --pid {ranks[0]}" in line, line
+        assert launcher.poll() is None
+    finally:
+        _kill(launcher)  # its children end when their stdin (the launcher's pipes) closes
 
 
 def _refusal_text(pid_text: str) -> str:

@@ -29,6 +29,12 @@ RECORD_END_WAIT_S = 20.0  # attach --pid: the agent's leave and the recording's 
 
 
 def parse_pid(command: str, text: str) -> int:
+    parts = text.split(",")
+    if len(parts) > 1 and all(p.strip().isdigit() for p in parts):
+        raise UsageError(
+            f"{command}: --pid takes one process id, not {len(parts)}: joining several at once is not supported yet; "
+            "run one ctmon record --pid per process"
+        )
     if not text.isdigit() or int(text) <= 0:
         raise UsageError(f"{command}: --pid needs a process id, not '{text}'")
     return int(text)

@@ -8,7 +8,9 @@ Each refusal is one line that says what to do.
 How the agent gets in (:func:`inject`): ``gdb -batch -p PID`` stops the
 process for a moment, maps one page into it, writes a short piece of Python
 there and hands it to ``Py_AddPendingCall`` with ``PyRun_SimpleString`` as
-the function: CPython's main thread runs it at its next safe point (between
+the function (called by the addresses ctmon reads from /proc/PID/maps and
+the libraries' ELF dynamic symbols, so gdb reads no symbols while the job
+is stopped; by gdb's own symbol lookup where that reading fails): CPython's main thread runs it at its next safe point (between
 two bytecodes, holding the GIL), after gdb has let the process go. That code
 puts ctmon's parent directory on ``sys.path`` just long enough to import
 ctmon/agent/join.py, which connects to the supervisor's socket like a
@@ -27,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -89,6 +92,13 @@ def check_joinable(pid: int) -> Target:
         )
     if _launched_under_ctmon(pid):
         raise JoinRefused(f"process {pid} runs under ctmon already: watch it with: ctmon watch {pid}")
+    workers = _rank_children(pid)
+    if workers:
+        listed = ", ".join(str(w) for w in workers)
+        raise JoinRefused(
+            f"process {pid} launches the ranks of a distributed job (its children {listed} have RANK set): "
+            f"join a rank with --pid {workers[0]}; joining a launcher's ranks at once is not supported yet"
+        )
     session = _joined_session(pid)
     if session is not None:
         raise JoinRefused(f"ctmon has joined process {pid} already: watch it with: ctmon watch {pid}")
@@ -143,6 +153,26 @@ def _launched_under_ctmon(pid: int) -> bool:
     """Started by ctmon (or a child of such a job): its environment names an agent socket."""
     env = _read_list(f"/proc/{pid}/environ")
     return any(v.startswith(AGENT_ENV + "=") for v in env)
+
+
+def _rank_children(pid: int) -> list[int]:
+    """A launcher's workers (torchrun's, or any launcher's): children with
+    RANK in their environment, where the process itself has none (a rank's
+    own children, DataLoader workers say, inherit its RANK)."""
+    if any(v.startswith("RANK=") for v in _read_list(f"/proc/{pid}/environ")):
+        return []
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return sorted(c for c in children if any(v.startswith("RANK=") for v in _read_list(f"/proc/{c}/environ")))
 
 
 def _joined_session(pid: int) -> dict[str, object] | None:
@@ -230,21 +260,94 @@ def bootstrap_code(socket_path: str, session_dir: str) -> str:
 GDB_INIT = ["set debuginfod enabled off", "set auto-solib-add off"]
 
 
-def gdb_commands(code: str) -> list[str]:
-    """gdb's commands once attached: only libc's and libpython's symbols are
-    read, one anonymous page is mapped, the code written there and
-    scheduled as a pending call."""
+CALLED = ("mmap", "Py_AddPendingCall", "PyRun_SimpleString")
+
+
+def gdb_commands(code: str, addresses: dict[str, int] | None = None) -> list[str]:
+    """gdb's commands once attached: one anonymous page is mapped, the code
+    written there and scheduled as a pending call. With ``addresses`` (of
+    :data:`CALLED`) the calls go through them; without, gdb reads libc's and
+    libpython's symbols first (half a second more of the job stopped, measured
+    by benchmarks/join_pause.py gdb)."""
     size = (len(code) + 1 + PAGE - 1) // PAGE * PAGE
+    if addresses is None:
+        lookup = ["sharedlibrary libc", "sharedlibrary libpython"]
+        mmap, pending, run = "mmap", "Py_AddPendingCall", "PyRun_SimpleString"
+    else:
+        lookup = []
+        mmap, pending, run = (f"{addresses[name]:#x}" for name in CALLED)
     return [
         "set unwindonsignal on",
-        "sharedlibrary libc",
-        "sharedlibrary libpython",
-        f"set $ctmon_buf = ((void*(*)(void*, unsigned long, int, int, int, long))mmap)(0, {size}, 3, 34, -1, 0)",
+        *lookup,
+        f"set $ctmon_buf = ((void*(*)(void*, unsigned long, int, int, int, long)){mmap})(0, {size}, 3, 34, -1, 0)",
         f'set {{char[{len(code) + 1}]}} $ctmon_buf = "{code}"',
         'printf "ctmon-buf %p\\n", $ctmon_buf',
-        "set $ctmon_rc = ((int(*)(void*, void*))Py_AddPendingCall)((void*)PyRun_SimpleString, $ctmon_buf)",
+        f"set $ctmon_rc = ((int(*)(void*, void*)){pending})((void*){run}, $ctmon_buf)",
         'printf "ctmon-rc %d\\n", $ctmon_rc',
     ]
+
+
+def call_addresses(pid: int) -> dict[str, int] | None:
+    """Where :data:`CALLED` are in the process: each library's load address
+    (/proc/PID/maps) plus the symbol's value in its ELF dynamic symbol table
+    (libpython's, or the executable's where Python is linked in). None where
+    anything is not as expected: gdb then looks the symbols up itself."""
+    try:
+        loaded = _load_addresses(pid)
+        exe = os.path.realpath(f"/proc/{pid}/exe")
+        libc = next(p for p in loaded if re.match(r"libc(\.so|-)", os.path.basename(p)))
+        libpython = next((p for p in loaded if "/libpython3" in p), exe)
+        out: dict[str, int] = {}
+        for path, names in ((libc, CALLED[:1]), (libpython, CALLED[1:])):
+            values, first_vaddr = _dynamic_symbols(f"/proc/{pid}/root{path}", set(names))
+            if set(values) != set(names) or path not in loaded:
+                return None
+            out.update({name: loaded[path] - first_vaddr + value for name, value in values.items()})
+        return out
+    except (OSError, ValueError, StopIteration, struct.error, IndexError):
+        return None
+
+
+def _load_addresses(pid: int) -> dict[str, int]:
+    """Each mapped file's start address: its mapping at file offset 0."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and int(parts[2], 16) == 0 and parts[5].startswith("/"):
+                out.setdefault(parts[5].rstrip("\n"), int(parts[0].split("-")[0], 16))
+    return out
+
+
+def _dynamic_symbols(path: str, names: set[str]) -> tuple[dict[str, int], int]:
+    """The values of ``names`` defined in an ELF64 little-endian file's
+    .dynsym, and the virtual address its file offset 0 is loaded at (what
+    the symbols' values are relative to)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    first_vaddr = next(
+        vaddr
+        for p_type, offset, vaddr in (struct.unpack_from("<I4xQQ", data, phoff + i * phentsize) for i in range(phnum))
+        if p_type == 1 and offset == 0  # PT_LOAD of the file's start
+    )
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    found: dict[str, int] = {}
+    for _name, sh_type, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if sh_type != 11 or not entsize:  # SHT_DYNSYM
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            name_at, sym_info, _other, shndx, value, _size = struct.unpack_from("<IBBHQQ", data, at)
+            if not value or not shndx or sym_info & 0xF != 2:
+                continue  # undefined here (another library's), or not a plain function (an IFUNC is its resolver)
+            name = data[strings + name_at : data.index(b"\0", strings + name_at)].decode(errors="replace")
+            if name in names:
+                found.setdefault(name, value)
+    return found, first_vaddr
 
 
 def inject(pid: int, code: str) -> float:
@@ -254,7 +357,7 @@ def inject(pid: int, code: str) -> float:
     for cmd in GDB_INIT:
         argv += ["-iex", cmd]
     argv += ["-p", str(pid)]
-    for cmd in gdb_commands(code):
+    for cmd in gdb_commands(code, call_addresses(pid)):
         argv += ["-ex", cmd]
     t0 = time.monotonic()
     try:
