@@ -25,12 +25,28 @@ is on its stack):
   ``generate()`` call (a local event on that one code object: no cost
   elsewhere), which gives the time to the first token. Python 3.11 has no
   such event without a wrapper or a profiler, so there ``ttft_ms`` is absent.
+
+A ``generate()`` that runs no compiled code at all -- ``torch.compile(model)``
+for training, then ``model.generate()`` or ``compiled.generate()``, which
+calls the original module -- makes no compiled call to start from. Where
+the job has compiled graphs, the sender thread looks at the main thread's
+stack at each flush (``poll``, four times a second: a walk of a few dozen
+frames, only while a generate() could be running eagerly, nothing for a job
+that never imports transformers' generation utilities or never compiles). A
+``generate()`` call seen at two looks or more, none of them inside compiled
+code or Dynamo's compiler, during which no compiled graph was called
+(ctmon/agent/graph_calls.py's counters did not move from the first look to
+its end), is sent as a ``generation`` event with ``eager`` set: its decode
+steps ran the original, uncompiled forward. A shorter call is not told (it
+cost less than two looks' time).
 """
 
 from __future__ import annotations
 
 import inspect
+import linecache
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -38,10 +54,22 @@ from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from ctmon.agent.channel import Channel
+from ctmon.agent.paths import is_own_file
 from ctmon.wire import protocol
 
 MAX_DEPTH = 200  # frames walked up from a compiled call
 CONFIG_LOCAL = "generation_config"  # generate()'s own copy of its settings
+MAX_KINDS = 50_000  # code objects whose kind is kept (as the sampler's, ctmon/agent/hotness.py)
+MIN_LOOKS = 2  # looks at one generate() call before it is told to run eager
+# Frames that mean compiled code runs (or is being compiled) at a look: a
+# frame Dynamo replaced loads a ``__compiled_fn``; these run graphs or compile.
+_COMPILED_FILES = (
+    "/torch/_functorch/_aot_autograd/",
+    "/torch/_inductor/",
+    "/torch/fx/graph_module.py",
+    "/torch/_dynamo/convert_frame.py",
+    "/torch/_dynamo/symbolic_convert.py",
+)
 
 _now = time.perf_counter_ns
 
@@ -63,6 +91,24 @@ class _Open:
         self.done = False  # its event was sent (when the next call began, or its config died)
 
 
+class _Eager:
+    """One generate() call seen on the main thread by ``poll``, not yet known to run compiled code."""
+
+    __slots__ = ("first_ns", "start_ns", "calls", "looks", "compiled", "ref", "done", "site", "model", "name")
+
+    def __init__(self, first_ns: int, start_ns: int | None, calls: int) -> None:
+        self.first_ns = first_ns  # the first look that saw it
+        self.start_ns = start_ns  # its start, where sys.monitoring told it (3.12+)
+        self.calls = calls  # compiled graph calls, all frames, at the first look
+        self.looks = 1
+        self.compiled = False  # a look landed in compiled code or Dynamo's compiler
+        self.ref: Any = None
+        self.done = False
+        self.site: dict[str, Any] = {}  # the user's line that called generate()
+        self.model = ""
+        self.name: str | None = None  # the user's name of the original module, where the calling frame has one
+
+
 class GenerationWatch:
     def __init__(self, channel: Channel, src: str = protocol.STEP_SOURCES[0]) -> None:
         self._ch = channel
@@ -72,6 +118,11 @@ class GenerationWatch:
         self._open: _Open | None = None
         self._started_ns: int | None = None  # the last generate() start sys.monitoring saw
         self.armed = False
+        # The compiled graphs' call counters (graph_calls.GraphCalls), set
+        # where torch is hooked; None (CTMON_HOTNESS=0): an eager generate() is not told.
+        self.graphs: Any = None
+        self._eager: _Eager | None = None
+        self._kinds: dict[int, tuple[bool, CodeType]] = {}  # id(code) -> (compiled code?, code)
 
     # ---- set-up (the import of transformers' generation utilities) ----
 
@@ -194,6 +245,121 @@ class GenerationWatch:
         cur = self._open
         if cur is not None:
             self._finish(cur, _now())
+        eager = self._eager
+        if eager is not None:
+            self._eager_finish(eager, _now())
+
+    # ---- generate() calls that run no compiled code (the sender thread's flush) ----
+
+    def poll(self) -> list[protocol.Event]:
+        """A periodic hook of the agent: look once at the main thread's stack
+        for a generate() call; what it finds is sent when the call ends."""
+        graphs = self.graphs
+        if not self.armed or self._generate is None or graphs is None or not graphs.on or not graphs.frames:
+            return []
+        try:
+            self._look(graphs)
+        except Exception:
+            pass  # a look must never disturb the job
+        return []
+
+    def _look(self, graphs: Any) -> None:
+        frame = sys._current_frames().get(threading.main_thread().ident or -1)
+        found, compiled = self._find_eager(frame)
+        del frame
+        if found is None:
+            return
+        config = found.f_locals.get(CONFIG_LOCAL)
+        cur = self._eager
+        if cur is not None and not cur.done and config is not None and cur.ref() is config:
+            cur.looks += 1
+            cur.compiled = cur.compiled or compiled
+            return
+        if cur is not None:
+            self._eager_finish(cur, _now())  # the last one ended when this one began
+        if config is None:
+            return
+        started, self._started_ns = self._started_ns, None
+        new = _Eager(_now(), started, _total_calls(graphs))
+        new.compiled = compiled
+        model = found.f_locals.get("self")
+        new.model = protocol.clip(type(model).__name__, 200) or "?"
+        new.site, new.name = _user_line(found.f_back, model)
+        del model
+        try:
+            new.ref = weakref.ref(config, self._eager_ended(new))
+        except TypeError:
+            return  # no per-call object to tell one generate() call from the next
+        self._eager = new
+
+    def _find_eager(self, frame: FrameType | None) -> tuple[FrameType | None, bool]:
+        """The outermost generate() frame on the stack, and whether anything
+        compiled (or Dynamo compiling) is above it."""
+        generate = self._generate
+        found: FrameType | None = None
+        compiled = False
+        depth = 0
+        while frame is not None and depth < MAX_DEPTH:
+            code = frame.f_code
+            if code is generate:
+                found = frame
+            elif found is None and not compiled:
+                compiled = self._is_compiled(code)
+            frame = frame.f_back
+            depth += 1
+        return found, compiled
+
+    def _is_compiled(self, code: CodeType) -> bool:
+        # Keyed by id (a code object's hash is computed anew from its
+        # fields); the code is held, so its id is not reused while here.
+        known = self._kinds.get(id(code))
+        if known is not None:
+            return known[0]
+        kind = _is_compiled(code)
+        if len(self._kinds) < MAX_KINDS:
+            self._kinds[id(code)] = (kind, code)
+        return kind
+
+    def _eager_ended(self, cur: _Eager) -> Callable[[Any], None]:
+        # Runs where generate()'s GenerationConfig is freed (as _ended does):
+        # on whichever thread drops it last, so it only appends a record.
+        def ended(_ref: Any) -> None:
+            try:
+                self._eager_finish(cur, _now())
+            except Exception:
+                pass
+
+        return ended
+
+    def _eager_finish(self, cur: _Eager, end_ns: int) -> None:
+        if cur.done:
+            return
+        cur.done = True
+        if self._eager is cur:
+            self._eager = None
+        graphs = self.graphs
+        if cur.looks < MIN_LOOKS or cur.compiled or graphs is None or _total_calls(graphs) != cur.calls:
+            return
+        self._ch.put(("event", self.eager_event(cur, end_ns)), True)
+
+    def eager_event(self, cur: _Eager, end_ns: int) -> protocol.Event:
+        ev: protocol.Event = {
+            "kind": protocol.GENERATION,
+            "t": time.time(),
+            "src": self._src,
+            "prefill_calls": 0,
+            "decode_calls": 0,
+            "eager": True,
+            "seen_ms": (end_ns - cur.first_ns) / 1e6,
+            "looks": cur.looks,
+            "model": cur.model,
+        }
+        if cur.name is not None:
+            ev["model_name"] = cur.name
+        if cur.start_ns is not None:
+            ev["ms"] = (end_ns - cur.start_ns) / 1e6
+        ev.update(cur.site)
+        return ev
 
     def event(self, cur: _Open, end_ns: int) -> protocol.Event:
         ttft: float | None = None
@@ -212,6 +378,47 @@ class GenerationWatch:
             "ttft_ms": ttft,
             "ms": (end_ns - cur.start_ns) / 1e6 if cur.start_ns is not None else None,
         }
+
+
+def _is_compiled(code: CodeType) -> bool:
+    f = code.co_filename
+    return (
+        any(n.startswith("__compiled_fn") for n in code.co_names)
+        or any(p in f for p in _COMPILED_FILES)
+        or "torchinductor" in f
+        or f.startswith("<eval_with_key>")
+    )
+
+
+def _total_calls(graphs: Any) -> int:
+    return sum(calls for _key, calls, _ns in graphs.read())
+
+
+def _user_line(frame: FrameType | None, model: Any) -> tuple[dict[str, Any], str | None]:
+    """The first frame of the user's own code above generate(): the line
+    that called it (through a Trainer or a pipeline, the user's line into
+    it), and the name that frame gives the original module."""
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH and not is_own_file(frame.f_code.co_filename):
+        frame, depth = frame.f_back, depth + 1
+    if frame is None or depth >= MAX_DEPTH:
+        return {}, None
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    site: dict[str, Any] = {"file": file, "line": line}
+    code = linecache.getline(file, line).strip()
+    if code:
+        site["code"] = protocol.clip(code, 300)
+    return site, _name_of(frame, model)
+
+
+def _name_of(frame: FrameType, model: Any) -> str | None:
+    """A name the frame binds to ``model`` itself (not to a compiled wrapper
+    of it, whose ``forward`` is not the one generate() calls)."""
+    for scope in (frame.f_locals, frame.f_globals):
+        for name, value in list(scope.items()):
+            if value is model and isinstance(name, str) and name.isidentifier():
+                return protocol.clip(name, 100)
+    return None
 
 
 def _code(fn: Any) -> CodeType | None:

@@ -199,6 +199,8 @@ def install(agent: Agent, torch: Any) -> None:
     graphs = GraphCalls() if hot else None
     if graphs is not None:
         clock.each_second = graphs.on_second  # the graphs' timing windows, on the job's thread
+        agent.generation.graphs = graphs  # a generate() that calls none of them runs eager
+        agent._periodic_hooks.append(agent.generation.poll)
 
     # 1. compile events
     trace_log = logging.getLogger(TRACE_LOGGER)

@@ -10,6 +10,9 @@ latency is the steady one, and the compile findings account for the rest.
 The prefill's token is counted (``decode_calls + 1`` new
 tokens per sequence) but has no interval of its own: the time to it is
 ``ttft_ms``.
+
+A call the agent saw run no compiled graph at all (``eager``) is kept apart:
+the finding ctmon/store/findings/generate_eager.py speaks of it.
 """
 
 from __future__ import annotations
@@ -34,15 +37,34 @@ class GenerationStats:
     token_samples: int  # decode intervals the latencies come from
 
 
+EAGER_KEPT = 1000  # eager generate() calls kept (the finding names a few; the count is all)
+
+
 class GenerationState:
     def __init__(self) -> None:
         self.calls: list[E.Generation] = []
+        # generate() calls that ran no compiled graph while the job had some
+        # (``eager`` events): kept apart, they have no tokens or steps of their own
+        self.eager: list[E.Generation] = []
+        self.eager_count = 0
+        self.eager_seen_ms = 0.0  # summed over all of them
         self._cache: tuple[tuple[int, ...], GenerationStats] | None = None
 
     def on_generation(self, ev: E.Generation) -> bool:
+        if ev.eager:
+            return self._on_eager(ev)
         if ev.decode_calls < 0 or ev.prefill_calls < 0 or ev.decode_calls + ev.prefill_calls == 0:
             return False
         self.calls.append(ev)
+        return True
+
+    def _on_eager(self, ev: E.Generation) -> bool:
+        if ev.seen_ms is None or ev.seen_ms < 0:
+            return False
+        self.eager_count += 1
+        self.eager_seen_ms += ev.seen_ms
+        if len(self.eager) < EAGER_KEPT:
+            self.eager.append(ev)
         return True
 
     def __len__(self) -> int:

@@ -366,6 +366,20 @@ class Generation(Ranked, tag="generation"):
     i1: int = -1
     ttft_ms: Finite | None = None
     ms: Finite | None = None
+    # ``eager``: a call that ran no compiled graph while the job had some
+    # (its decode steps ran the original forward); ``seen_ms``: from the
+    # first of the agent's ``looks`` at it to its end (a lower bound of its
+    # time); ``model``: the class generate() ran on; ``file``/``line``/``code``:
+    # the user's line that called it; ``model_name``: that line's frame's
+    # name for the original module (not a compiled wrapper of it).
+    eager: bool = False
+    seen_ms: Finite | None = None
+    looks: int = 0
+    model: str | None = None
+    model_name: str | None = None
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
 
 
 class CompilePhase(Ranked, tag="compile_phase"):

@@ -17,7 +17,8 @@ can drive it with events alone. Rules live by topic:
 * perf.py       -- compile cost, late compiles, step-time spikes, cudagraph
   skips, an idle GPU;
 * silent.py     -- what a run does not say by itself: a job that failed (the
-  exception and where), compiles that captured no operation.
+  exception and where), compiles that captured no operation;
+* generate_eager.py -- generate() on a compiled model that ran eager.
 
 A clean run has no ``warning`` or ``critical`` finding.
 """
@@ -26,7 +27,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks, caches, cascades, compile_failures, glue, perf, ranks, recompiles, silent
+from ctmon.store.findings import (
+    breaks,
+    caches,
+    cascades,
+    compile_failures,
+    generate_eager,
+    glue,
+    perf,
+    ranks,
+    recompiles,
+    silent,
+)
 from ctmon.store.findings.guard_advice import name_users_tensor
 from ctmon.store.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events import StackFrame
@@ -45,6 +57,7 @@ _RULES = (
     + caches.RULES
     + perf.RULES
     + silent.RULES
+    + generate_eager.RULES
     + ranks.RULES
 )
 
