@@ -19,8 +19,11 @@ import pytest
 from helpers import ROOT, ctmon, env_with, marker_lines, one_line_containing, record, workload
 from markdown_it import MarkdownIt
 
-from ctmon.report.diff import COMPILE_MIN_S, compare, same_job, script_of
+from ctmon.cli.diff import mark_new_findings
+from ctmon.report.build import build_report
+from ctmon.report.diff import COMPILE_MIN_S, compare, run_summary, same_job, script_of
 from ctmon.report.diff_render import render_markdown, render_text
+from ctmon.report.load import load
 
 JOB = workload("diff_job.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -99,6 +102,7 @@ def test_a_new_graph_break_and_shape_recompile_are_named_and_fail(base: str, cha
     text = ctmon("diff", base, changed, "--fail")
     assert text.returncode == 3, text.stderr
     assert "new graph break at" in text.stdout and "REGRESSED" in text.stdout
+    assert "(new since BASE)" in next(ln for ln in text.stdout.splitlines() if "new graph break at" in ln)
 
 
 @pytest.mark.slow
@@ -147,8 +151,28 @@ def test_report_with_a_baseline_gates_on_regression(base: str, again: str, chang
     assert out.returncode == 3, out.stderr
     assert "regression since" in out.stderr and "new graph break" in out.stderr
     assert "Traceback" not in out.stderr
+    # the finding of the new break says it is new since BASE (the text only)
+    line = marker_lines(JOB)["print"]
+    text = " ".join(out.stdout.split())  # as the text wraps it
+    assert "- new since rec.jsonl: new graph break at " in text and f"diff_job.py:{line}: Failed" in text, text
+    assert "- new since rec.jsonl: new recompile of Net.forward" in text, text
     quiet = ctmon("report", again, "--baseline", base, "--fail-on", "regression")
     assert quiet.returncode == 0, quiet.stderr
+
+
+@pytest.mark.slow
+def test_record_with_a_baseline_gates_on_regression(base: str, tmp_path: Any) -> None:
+    """The CI use in one command: record the job and gate it on BASE."""
+    gate = ["--baseline", base, "--fail-on", "regression"]
+    worse = record(tmp_path / "worse", [JOB, "--graph-break", "--new-shape"], torch_trace=False, options=["-q", *gate])
+    assert worse.returncode == 3, worse.proc.stderr[-2000:]
+    said = [ln for ln in worse.proc.stderr.splitlines() if ln.startswith("ctmon: regression since rec.jsonl: ")]
+    assert any("new graph break" in ln for ln in said), worse.proc.stderr
+    assert any("size mismatch at index 0" in ln for ln in said), worse.proc.stderr
+    assert "Traceback" not in worse.proc.stderr
+    same = record(tmp_path / "same", [JOB], torch_trace=False, options=["-q", *gate])
+    assert same.returncode == 0, same.proc.stderr[-2000:]
+    assert "regression since" not in same.proc.stderr
 
 
 @pytest.mark.slow
@@ -185,6 +209,17 @@ def test_markdown_of_recorded_runs_renders_whole() -> None:
     assert md.stdout.startswith("### ctmon diff: ")
 
 
+def test_the_lean_report_holds_all_a_diff_reads() -> None:
+    """The diff builds each side's report without findings, steps or system
+    samples (the costly parts on a day-long run): its summary is the same."""
+    for name in ("many_breaks.jsonl", "tour.jsonl"):
+        path = os.path.join(FIXTURES, name)
+        session, _ = load(path)
+        full = run_summary(path, session, build_report(session))
+        assert run_summary(path, session, build_report(session, lean=True)) == full, name
+        assert full["graph_breaks"] or full["frames"], name  # something was compared
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Any) -> None:
     good = os.path.join(FIXTURES, "many_breaks.jsonl")
     junk = tmp_path / "junk.jsonl"
@@ -202,6 +237,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Any) -> None:
     assert ctmon("diff", other, good, "--any-job").returncode == 0
     one_line_containing(ctmon("report", good, "--fail-on", "regression"), "--baseline")
     one_line_containing(ctmon("report", good, "--baseline", str(junk)), "--baseline", "junk.jsonl")
+
+
+def test_record_reads_its_baseline_before_the_job_starts(tmp_path: Any) -> None:
+    """A bad --baseline is one line, exit 2, and the job never runs."""
+    marker = tmp_path / "ran"
+    job = tmp_path / "job.py"
+    job.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"x": 1}\n')
+    other_job = os.path.join(FIXTURES, "many_breaks.jsonl")  # a recording of another script
+    rec = str(tmp_path / "rec.jsonl")
+
+    def run(*opts: str) -> subprocess.CompletedProcess[str]:
+        return ctmon("record", "-q", "-o", rec, *opts, str(job))
+
+    one_line_containing(run("--fail-on", "regression"), "record", "--baseline")
+    one_line_containing(run("--baseline", str(junk), "--fail-on", "regression"), "--baseline", "junk.jsonl")
+    one_line_containing(run("--baseline", str(tmp_path / "absent.jsonl")), "--baseline", "absent.jsonl")
+    one_line_containing(run("--baseline", other_job, "--fail-on", "regression"), "--baseline", "job.py")
+    assert not marker.exists() and not os.path.exists(rec)
 
 
 # ------------------------------------------------- the rules, by hand
@@ -383,6 +438,48 @@ def test_new_and_gone_breaks_recompiles_and_the_limit_in_order() -> None:
     assert doc["regressions"][2]["new"] == "size mismatch at index 1"
     assert _subjects(doc, "improvements", "graph_break") == ["model.py:50"]
     assert {"compiles", "recompiles", "limit_hits"} <= set(_subjects(doc, "regressions", "count"))
+
+
+def test_what_is_new_since_base_says_so() -> None:
+    """A break, recompile or frame NEW has and BASE had not reads "new since
+    BASE" in the text and Markdown; one gone, or only counted again, not."""
+    gone = {"file": "/home/me/proj/model.py", "line": 50, "reason": "print", "count": 1}
+    a = _run(graph_breaks=[gone])
+    b = _run(
+        frames=[_frame(compiles=2, recompile_reasons=["0/1: size mismatch at index 1"])],
+        graph_breaks=[{"file": "/home/me/proj/model.py", "line": 61, "reason": "item()", "count": 2}],
+    )
+    doc = compare(a, b)
+    for out in (render_text(doc), render_markdown(doc)):
+        marked = [ln for ln in out.splitlines() if "new since BASE" in ln]
+        assert len(marked) == 2, out
+        assert "model.py:61" in marked[0] and "size mismatch at index 1" in marked[1], marked
+    _assert_renders(render_markdown(doc))
+    new_break = _kinds(doc["regressions"], "graph_break")[0]
+    assert (new_break["file"], new_break["line"]) == ("model.py", 61)  # for NEW's findings at that place
+
+
+def test_report_findings_at_a_new_place_say_new_since_base() -> None:
+    doc = compare(
+        _run(), _run(graph_breaks=[{"file": "/home/me/proj/model.py", "line": 61, "reason": "item()", "count": 2}])
+    )
+    finding = {"title": "Graph breaks", "file": "/home/me/proj/model.py", "line": 61, "evidence": ["model.py:61 ×2"]}
+    elsewhere = {"title": "Other", "file": "/home/me/proj/model.py", "line": 70, "evidence": ["x"]}
+    report = {"cwd": "/home/me/proj", "findings": [finding, elsewhere]}
+    shown = mark_new_findings(report, doc, "base.jsonl")
+    first = shown["findings"][0]["evidence"]
+    assert first[0].startswith("new since base.jsonl: new graph break at model.py:61: item()"), first
+    assert first[1:] == ["model.py:61 ×2"]
+    assert shown["findings"][1] == elsewhere
+    # a new recompile marks the findings at its frame that quote its reason, not the others there
+    frame = _frame(compiles=2, recompile_reasons=["0/1: size mismatch at index 1"])
+    doc = compare(_run(), _run(frames=[frame]))
+    quoting = {"file": "/home/me/proj/model.py", "line": 40, "evidence": ["0/1: size mismatch at index 1"]}
+    cost = {"file": "/home/me/proj/model.py", "line": 40, "evidence": ["GPT.forward: 3 s in 2 compiles"]}
+    shown = mark_new_findings({**report, "findings": [quoting, cost]}, doc, "base.jsonl")
+    assert shown["findings"][0]["evidence"][0].startswith("new since base.jsonl: new recompile of GPT.forward")
+    assert shown["findings"][1] == cost
+    assert report["findings"][0]["evidence"] == ["model.py:61 ×2"]  # the report itself (its JSON) unchanged
 
 
 def test_caches_versions_and_memory() -> None:

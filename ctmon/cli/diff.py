@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from ctmon.cli import CliError
@@ -80,7 +82,7 @@ def load_run(path: str, label: str) -> dict[str, Any]:
         raise CliError(f"{label}: {e}") from None
     except OSError as e:  # a directory or file that went away or cannot be opened
         raise CliError(f"{label}: cannot read {path}: {e.strerror or e}") from None
-    report = build_report(session)
+    report = build_report(session, lean=True)  # the diff reads no findings, steps or system samples
     for w in stats.warnings + capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {label}: {w}\n"))
     return run_summary(path, session, report)
@@ -100,13 +102,87 @@ def diff_paths(base_path: str, new_path: str, any_job: bool = False) -> dict[str
     return compare(base, new)
 
 
-def regressions_since(base: dict[str, Any], path: str, session: Any, report: dict[str, Any]) -> list[str]:
-    """What regressed in a run already read (``ctmon report --baseline``)
-    since ``base`` (``load_run``'s), one line each."""
-    from ctmon.report.diff import compare, run_summary, same_job
+REGRESSION = "regression"  # --fail-on regression: the gate of 'ctmon diff --fail', against --baseline
 
-    new = run_summary(path, session, report)
-    mismatch = same_job(base, new)
+
+@dataclass
+class Baseline:
+    """``--baseline BASE``: the earlier run, read, and whether a regression
+    since it fails the gate (``--fail-on regression``)."""
+
+    run: dict[str, Any]
+    fails: bool
+    command: str  # the command's name, for its error lines
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(str(self.run["path"]).rstrip("/"))
+
+    def diff(self, path: str, session: Any, report: dict[str, Any]) -> dict[str, Any]:
+        """``ctmon diff BASE path`` of a run already read."""
+        from ctmon.report.diff import compare, run_summary, same_job
+
+        new = run_summary(path, session, report)
+        mismatch = same_job(self.run, new)
+        if mismatch:
+            raise CliError(f"{self.command}: --baseline: {mismatch}")
+        return compare(self.run, new)
+
+    def lines(self, doc: dict[str, Any]) -> list[str]:
+        """The stderr lines: one per regression of the diff, naming BASE."""
+        return [clean(f"ctmon: regression since {self.name}: {e['what']}") for e in doc["regressions"]]
+
+
+def read_baseline(command: str, baseline: str | None, fail_on: list[str]) -> Baseline | None:
+    """``--baseline BASE`` read and ``--fail-on regression`` checked, before
+    anything runs or is printed (a bad baseline: one line, exit 2)."""
+    fails = REGRESSION in fail_on
+    if fails and baseline is None:
+        raise CliError(f"{command}: --fail-on regression needs --baseline BASE (the run to compare with)")
+    if baseline is None:
+        return None
+    return Baseline(load_run(baseline, f"{command}: --baseline"), fails, command)
+
+
+def plain_budgets(fail_on: list[str]) -> list[str]:
+    """The ``--fail-on`` expressions that are budgets, not ``regression``."""
+    return [b for b in fail_on if b != REGRESSION]
+
+
+def check_same_job(command: str, base: dict[str, Any], job: list[str]) -> None:
+    """Before a job runs: it must be a run of the baseline's job."""
+    from ctmon.report.diff import same_job
+
+    mismatch = same_job(base, {"command": job})
     if mismatch:
-        raise CliError(f"report: --baseline: {mismatch}")
-    return [e["what"] for e in compare(base, new)["regressions"]]
+        raise CliError(f"{command}: --baseline: {mismatch}")
+
+
+def mark_new_findings(report: dict[str, Any], doc: dict[str, Any], base_name: str) -> dict[str, Any]:
+    """The report with each finding whose evidence is new since BASE saying
+    so first in its evidence, for the text output only (the JSON stays the
+    report's own). A finding's evidence is new where it is at the place of a
+    graph break or recompile-limit hit BASE had not, or at the frame of a
+    new recompile whose reason it quotes."""
+    from ctmon.report.diff import is_new_since_base, relative
+
+    new = [e for e in doc["regressions"] if is_new_since_base(e) and e.get("line") is not None]
+    findings = []
+    for f in report.get("findings") or []:
+        place = (relative(f.get("file"), report), f.get("line"))
+        marks = [f"new since {base_name}: {e['what']}" for e in new if _shows(f, place, e)]
+        findings.append({**f, "evidence": marks[:2] + list(f.get("evidence") or [])} if marks else f)
+    return {**report, "findings": findings}
+
+
+def _shows(finding: dict[str, Any], place: tuple[Any, Any], entry: dict[str, Any]) -> bool:
+    if (entry.get("file"), entry["line"]) != place:
+        return False
+    if entry["kind"] == "recompile":
+        return any(str(entry["new"]) in str(line) for line in finding.get("evidence") or [])
+    return entry["kind"] in ("graph_break", "limit_hit")
+
+
+def regression_failure(lines: list[str]) -> str:
+    """The gate's failure line for ``--fail-on regression``."""
+    return f"{len(lines)} regression(s) since the baseline (listed above)"

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.cli.diff import Baseline, check_same_job, plain_budgets, read_baseline, regression_failure
 from ctmon.cli.join_pid import PID_OPTION, before_lines, check, join_failure, parse_pid
 from ctmon.launch import runtime
 from ctmon.launch.sockets import parse_listen
@@ -18,7 +19,7 @@ from ctmon.wire.errors import RecordingError
 
 if TYPE_CHECKING:
     from ctmon.launch.supervisor import Supervisor
-    from ctmon.store import ExitInfo
+    from ctmon.store import ExitInfo, Session
 
 OPTIONS = [
     OptionSpec(
@@ -36,8 +37,17 @@ OPTIONS = [
         "fail_on",
         True,
         True,
-        help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable); 4 if the recording is incomplete",
+        help="exit 3 if METRIC OP N holds, e.g. 'recompiles>2' (repeatable), or on 'regression' since "
+        "--baseline; 4 if the recording is incomplete",
         metavar="EXPR",
+    ),
+    OptionSpec(
+        ("--baseline",),
+        "baseline",
+        True,
+        help="compare with an earlier run of the job (a recording or TORCH_TRACE dir), read before the job "
+        "starts; regressions since it are listed on stderr (ctmon diff BASE NEW)",
+        metavar="BASE",
     ),
     OptionSpec(
         ("--listen",),
@@ -64,7 +74,8 @@ def main(argv: list[str]) -> int:
     if parsed.help:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
-    budgets = parse_budgets(parsed.texts("fail_on"))
+    fail_on = parsed.texts("fail_on")
+    budgets = parse_budgets(plain_budgets(fail_on))
     listen = check_listen(parsed.text("listen"))
     metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None)
     pid_text = parsed.text("pid")
@@ -73,6 +84,10 @@ def main(argv: list[str]) -> int:
         join_pid = parse_pid("record", pid_text)
         spec = joined_spec(check("record", join_pid))
     assert spec is not None
+    # read before the job starts: a bad baseline is one line, and no job runs
+    baseline = read_baseline("record", parsed.text("baseline"), fail_on)
+    if baseline is not None:
+        check_same_job("record", baseline.run, spec.display())
     return run_headless(
         spec,
         parsed.text("output"),
@@ -81,6 +96,7 @@ def main(argv: list[str]) -> int:
         listen=listen,
         metrics=metrics,
         join_pid=join_pid,
+        baseline=baseline,
     )
 
 
@@ -136,6 +152,7 @@ def run_headless(
     listen: str | None = None,
     metrics: str | None = None,
     join_pid: int | None = None,
+    baseline: Baseline | None = None,
 ) -> int:
     # imported here: the job's interpreter was checked (torch, the script)
     # before anything heavier than the standard library is loaded; and
@@ -178,11 +195,11 @@ def run_headless(
     finally:
         shutil.rmtree(sdir, ignore_errors=True)
     if join_pid is None:
-        return conclude(sup, info, output or recording, quiet, budgets or [])
+        return conclude(sup, info, output or recording, quiet, budgets or [], baseline)
     failure = join_failure(join_notes)
     if failure is not None:
         raise UsageError(f"record --pid: {failure}")
-    code = conclude(sup, info, output or recording, quiet, budgets or [])
+    code = conclude(sup, info, output or recording, quiet, budgets or [], baseline)
     if not quiet:
         _say_all(before_lines(recording))
     if not quiet and runtime.alive(join_pid):
@@ -190,7 +207,14 @@ def run_headless(
     return code if code in (gate.BUDGET_EXIT, gate.RECORDING_EXIT) else 0  # the job's status is not ctmon's
 
 
-def conclude(sup: Supervisor, info: ExitInfo, shown: str, quiet: bool, budgets: list[gate.Budget]) -> int:
+def conclude(
+    sup: Supervisor,
+    info: ExitInfo,
+    shown: str,
+    quiet: bool,
+    budgets: list[gate.Budget],
+    baseline: Baseline | None = None,
+) -> int:
     """What follows the job's own output, and ctmon's exit status.
 
     The summary reads the recording back, so what it says is what the file
@@ -204,37 +228,43 @@ def conclude(sup: Supervisor, info: ExitInfo, shown: str, quiet: bool, budgets: 
 
     rec = sup.recorder
     incomplete = (rec.last_error or "the recording could not be written") if rec.incomplete else None
-    if quiet and not budgets and not rec.incomplete:
+    gated = bool(budgets) or (baseline is not None and baseline.fails)
+    if quiet and not budgets and baseline is None and not rec.incomplete:
         notes = [
             {"level": n.level, "source": n.source, "message": n.message} for n in sup.registry.counts.capture_notes
         ]
         _say_all([f"ctmon: {msg}" for msg in gate.capture_lines({"notes": notes}, quiet=True)])
         return exit_like(info)
-    report = _read_back(sup.recorder.path, info)
-    if report is None:  # (the recording was lost under the job: deleted, its disk gone, a device)
+    read = _read_back(sup.recorder.path, info)
+    if read is None:  # (the recording was lost under the job: deleted, its disk gone, a device)
         if incomplete is not None:
             _say("ctmon: " + gate.incomplete_line(shown, rec.unwritten, sup.registry.counts.steps, incomplete))
-        if budgets and info.status == 0:
+        if gated and info.status == 0:
             _say("ctmon: budget unverified: the recording cannot be read")
             return gate.RECORDING_EXIT
         return exit_like(info)
+    session, report = read
     lines = [] if quiet else summary_lines(report, shown)
     if incomplete is not None:
         in_file = int(report["steps"]["count"] or 0)
         steps = max(0, sup.registry.counts.steps - in_file)
         lines.append("ctmon: " + gate.incomplete_line(shown, rec.unwritten, steps, incomplete))
     failures = gate.broken(budgets, report, incomplete)
+    regressed = baseline.lines(baseline.diff(sup.recorder.path, session, report)) if baseline is not None else []
+    if baseline is not None and baseline.fails and regressed and incomplete is None:
+        failures.append(regression_failure(regressed))
+    lines += regressed
     lines += [f"ctmon: {msg}" for msg in gate.capture_lines(report, quiet, incomplete_notes=False) + failures]
     _say_all(lines)
-    if info.status == 0 and budgets and incomplete is not None:
+    if info.status == 0 and gated and incomplete is not None:
         return gate.RECORDING_EXIT  # the job's own failure, if any, wins over budgets
     if info.status == 0 and failures:
         return gate.BUDGET_EXIT
     return exit_like(info)
 
 
-def _read_back(path: str, info: ExitInfo) -> dict[str, Any] | None:
-    """The report of what the recording holds (None: it cannot be read)."""
+def _read_back(path: str, info: ExitInfo) -> tuple[Session, dict[str, Any]] | None:
+    """What the recording holds, and its report (None: it cannot be read)."""
     from ctmon.report.build import build_report
     from ctmon.report.load import load
     from ctmon.wire import events as E
@@ -247,7 +277,7 @@ def _read_back(path: str, info: ExitInfo) -> dict[str, Any] | None:
     if session.exit is None and info.known:
         # the disk kept the exit out of the file: the job's status is still the truth to tell
         session.apply(E.Exit(t=info.t, code=info.code, signal=info.signal))
-    return build_report(session)
+    return session, build_report(session)
 
 
 def _announce(sup: Supervisor, addr: str, token_path: str) -> None:

@@ -32,8 +32,6 @@ options:
   -h, --help  show this help and exit
 """
 
-REGRESSION = "regression"  # --fail-on regression: the gate of 'ctmon diff --fail', against --baseline
-
 
 def main(argv: list[str]) -> int:
     fmt = "text"
@@ -64,14 +62,11 @@ def main(argv: list[str]) -> int:
             paths.append(a)
     if not paths:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
-    on_regression = REGRESSION in budgets
-    if on_regression and baseline is None:
-        raise CliError("report: --fail-on regression needs --baseline BASE (the run to compare with)")
-    checks = parse_budgets([b for b in budgets if b != REGRESSION])
-    from ctmon.cli.diff import load_run, regressions_since
+    from ctmon.cli.diff import mark_new_findings, plain_budgets, read_baseline, regression_failure
 
+    checks = parse_budgets(plain_budgets(budgets))
     # the baseline first: a bad one is one line before any output
-    base_run = load_run(baseline, "report: --baseline") if baseline is not None else None
+    base = read_baseline("report", baseline, budgets)
     from ctmon.cli.progress import reading
     from ctmon.report.build import build_report
     from ctmon.report.merge import load_nodes
@@ -79,7 +74,8 @@ def main(argv: list[str]) -> int:
 
     session, stats, nodes = load_nodes(paths, reading(" ".join(paths)[:80]))
     report = build_report(session, nodes)
-    regressed = regressions_since(base_run, paths[0], session, report) if base_run is not None else []
+    since = base.diff(paths[0], session, report) if base is not None else None
+    regressed = base.lines(since) if base is not None and since is not None else []
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
     if fmt == "json":
@@ -89,12 +85,13 @@ def main(argv: list[str]) -> int:
 
         _write_out(markdown(report))
     else:
-        _write_out(full_text(report))
+        shown = mark_new_findings(report, since, base.name) if base is not None and since is not None else report
+        _write_out(full_text(shown))
     failures = gate.broken(checks, report)
-    for what in regressed:
-        sys.stderr.write(clean(f"ctmon: regression since {os.path.basename(str(baseline))}: {what}\n"))
-    if on_regression and regressed:
-        failures.append(f"{len(regressed)} regression(s) since the baseline (listed above)")
+    for line in regressed:
+        sys.stderr.write(line + "\n")
+    if base is not None and base.fails and regressed:
+        failures.append(regression_failure(regressed))
     for msg in failures:
         sys.stderr.write(f"ctmon: {msg}\n")
     if failures and gate.recording_notes(report):

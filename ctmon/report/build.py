@@ -31,12 +31,16 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
-def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``nodes``: one object per recording when several nodes' recordings were merged."""
-    st = s.steps.current.stats() if s.steps.current is not None else None
+def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean: bool = False) -> dict[str, Any]:
+    """``nodes``: one object per recording when several nodes' recordings were merged.
+    ``lean``: only what a comparison of runs reads (ctmon/report/diff.py):
+    ``steps``, ``generation``, ``system`` null and ``findings``, ``ranks``,
+    ``compile_sites``, ``specializations`` empty -- the parts of the report
+    that cost most on a day-long recording and that a diff never reads."""
+    st = s.steps.current.stats() if s.steps.current is not None and not lean else None
     cs = s.compile
     marked = 0
-    if s.steps.current is not None:
+    if s.steps.current is not None and not lean:
         marked = len(s.steps.current.compile_marked([c.span for c in cs.compiles]))
     exit_info = s.exit
     traced = s.meta.mode == TRACE_MODE
@@ -61,7 +65,9 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
         "cuda": s.meta.cuda,
         "triton": s.meta.triton,
         "devices": [_fields(d) for d in s.meta.devices],
-        "steps": {
+        "steps": None
+        if lean
+        else {
             "count": None if traced else (st.count if st else 0),
             # the intervals the statistics are over: in a fast loop, about a fourteenth (agent/steps.py)
             "timed": st.intervals if st else 0,
@@ -87,13 +93,13 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "compiled_share": s.hotness.share("graph"),
             "runtime": _runtime(s),
         },
-        "generation": _generation(s),
+        "generation": None if lean else _generation(s),
         "compile": job_totals(s, compile_counts),
         "compile_calls": [_fields(c) for c in cs.calls[:20]],
         "frames": [{**_frame(f), "runtime": s.hotness.frame_runtime(f)} for f in cs.frames_sorted()],
         "compiles": [_compile(c) for c in cs.compiles[:COMPILES_LISTED]],
-        "compile_sites": compile_sites(cs),
-        "specializations": [_specialization(x) for x in cs.specializations],
+        "compile_sites": [] if lean else compile_sites(cs),
+        "specializations": [] if lean else [_specialization(x) for x in cs.specializations],
         "graph_breaks": [
             {
                 "reason": b.reason,
@@ -114,9 +120,9 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None) -> dict[
             "entries_at_start": s.meta.cache_entries or None,
         },
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
-        "system": None if traced else system_report(s),
-        "findings": [f.as_dict() for f in s.findings()],
-        "ranks": rank_reports(s),
+        "system": None if traced or lean else system_report(s),
+        "findings": [] if lean else [f.as_dict() for f in s.findings()],
+        "ranks": [] if lean else rank_reports(s),
         "nodes": nodes or [],
         "drops": dict(s.drops),
         "notes": [{"level": n.level, "source": n.source, "message": n.message} for n in s.notes],

@@ -129,6 +129,17 @@ def run_summary(path: str, session: Session, report: dict[str, Any]) -> dict[str
     }
 
 
+NEW_SINCE_BASE_KINDS = ("limit_hit", "graph_break", "recompile", "frame")
+
+
+def is_new_since_base(entry: dict[str, Any]) -> bool:
+    """A break site, recompile reason, frame or limit hit NEW has and BASE
+    had not (not one whose count only changed)."""
+    return (
+        entry["kind"] in NEW_SINCE_BASE_KINDS and entry["base"] in (None, False) and entry["new"] not in (None, False)
+    )
+
+
 def steady_blocks(session: Session) -> dict[str, Any]:
     """The run's steady step times (bench's ``_steady``: after the last
     compile; the last half where fewer than ``STEADY_MIN`` come after it),
@@ -254,7 +265,7 @@ def _side(run: dict[str, Any]) -> dict[str, Any]:
     return {k: run.get(k) for k in ("path", "input", "command", "session_id")}
 
 
-def _rel(file: str | None, run: dict[str, Any]) -> str | None:
+def relative(file: str | None, run: dict[str, Any]) -> str | None:
     """A file as the job's working directory saw it: runs made in two
     checkouts still name one place."""
     cwd = run.get("cwd")
@@ -271,11 +282,17 @@ def _place(file: str | None, line: int | None) -> str:
 
 
 def _frame_key(f: dict[str, Any], run: dict[str, Any]) -> tuple[Any, ...]:
-    return (_rel(f.get("file"), run), f.get("line"), f.get("name"))
+    return (relative(f.get("file"), run), f.get("line"), f.get("name"))
+
+
+def _at(key: tuple[Any, ...]) -> dict[str, Any]:
+    """Where an entry new since BASE is (its file relative to the job's
+    working directory): for the findings of NEW at that place."""
+    return {"file": key[0], "line": key[1]}
 
 
 def _frame_title(f: dict[str, Any], run: dict[str, Any]) -> str:
-    return f"{f.get('name')} ({_place(_rel(f.get('file'), run), f.get('line'))})"
+    return f"{f.get('name')} ({_place(relative(f.get('file'), run), f.get('line'))})"
 
 
 def _reasons(f: dict[str, Any]) -> list[str]:
@@ -295,15 +312,17 @@ def _frames(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
     for key, f in nf.items():
         title = _frame_title(f, new)
         if key not in bf:
-            d.add("regressions", "frame", title, f"{title} is compiled in NEW only", None, f["compiles"])
+            d.add("regressions", "frame", title, f"{title} is compiled in NEW only", None, f["compiles"], **_at(key))
             for reason in _reasons(f):
-                d.add("regressions", "recompile", title, f"new recompile of {title}: {reason}", None, reason)
+                what = f"new recompile of {title}: {reason}"
+                d.add("regressions", "recompile", title, what, None, reason, **_at(key))
             continue
         old = bf[key]
         before, after = _reasons(old), _reasons(f)
         for reason in after:
             if reason not in before:
-                d.add("regressions", "recompile", title, f"new recompile of {title}: {reason}", None, reason)
+                what = f"new recompile of {title}: {reason}"
+                d.add("regressions", "recompile", title, what, None, reason, **_at(key))
         for reason in before:
             if reason not in after:
                 d.add("improvements", "recompile", title, f"recompile gone from {title}: {reason}", reason, None)
@@ -327,7 +346,7 @@ def _limit_hits(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
             title = _frame_title(f, new)
             limit = f.get("recompile_limit")
             what = f"{title} now hits the recompile limit ({limit}) and runs eager"
-            d.add("regressions", "limit_hit", title, what, False, True)
+            d.add("regressions", "limit_hit", title, what, False, True, **_at(_frame_key(f, new)))
     nf = {_frame_key(f, new): f for f in new["frames"]}
     for f in base["frames"]:
         now = nf.get(_frame_key(f, base))
@@ -344,7 +363,7 @@ def _more_is_worse(a: float, b: float) -> str:
 
 
 def _break_key(b: dict[str, Any], run: dict[str, Any]) -> tuple[Any, ...]:
-    return (_rel(b.get("file"), run), b.get("line"), b.get("reason"))
+    return (relative(b.get("file"), run), b.get("line"), b.get("reason"))
 
 
 def _graph_breaks(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
@@ -354,7 +373,7 @@ def _graph_breaks(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
         place = _place(key[0], key[1])
         if key not in bb:
             what = f"new graph break at {place}: {b.get('reason')} ({b.get('count')}×)"
-            d.add("regressions", "graph_break", place, what, None, b.get("count"), reason=b.get("reason"))
+            d.add("regressions", "graph_break", place, what, None, b.get("count"), reason=b.get("reason"), **_at(key))
         else:
             d.add("unchanged", "graph_break", place, f"graph break at {place}", bb[key].get("count"), b.get("count"))
     for key, b in bb.items():
@@ -540,12 +559,12 @@ def _settings(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
     if ca and cb:  # a run that recorded no settings (a TORCH_TRACE) says nothing of them
         for key in sorted(set(ca) | set(cb)):
             _setting(d, "config", key, f"torch._dynamo.config.{key}", ca.get(key), cb.get(key))
-    calls_a = {(_rel(c.get("file"), base), c.get("line")): c for c in base.get("compile_calls") or []}
+    calls_a = {(relative(c.get("file"), base), c.get("line")): c for c in base.get("compile_calls") or []}
     for c in new.get("compile_calls") or []:
-        old = calls_a.get((_rel(c.get("file"), new), c.get("line")))
+        old = calls_a.get((relative(c.get("file"), new), c.get("line")))
         if old is None:
             continue
-        place = _place(_rel(c.get("file"), new), c.get("line"))
+        place = _place(relative(c.get("file"), new), c.get("line"))
         for key in ("backend", "mode", "dynamic", "fullgraph"):
             _setting(d, "compile_call", f"{place}:{key}", f"torch.compile at {place}: {key}", old.get(key), c.get(key))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ctmon.report.diff import is_new_since_base
 from ctmon.report.markdown import inline
 from ctmon.textsafe import clean_tree
 from ctmon.words import plural
@@ -29,7 +30,13 @@ def _counts_line(entries: list[dict[str, Any]]) -> str | None:
 
 
 def _listed(entries: list[dict[str, Any]]) -> list[str]:
-    return [e["what"] for e in entries if e["kind"] != "count"]
+    return [_what(e) for e in entries if e["kind"] != "count"]
+
+
+def _what(e: dict[str, Any]) -> str:
+    """An entry's line; a break, recompile or frame NEW has and BASE had not
+    says so, as it reads in a report of NEW alone it would not."""
+    return f"{e['what']} (new since BASE)" if is_new_since_base(e) else e["what"]
 
 
 def _timed_unchanged(doc: dict[str, Any]) -> list[str]:
