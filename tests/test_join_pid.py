@@ -50,6 +50,8 @@ JOB = textwrap.dedent(
         return torch.sin(x) + 1
 
     f(torch.randn(4))
+    cmodel = torch.compile(torch.nn.Linear(3, 3), backend="eager")  # a compiled module, as scripts keep them
+    cmodel(torch.randn(2, 3))
     print("compiled once", flush=True)
     open(os.path.join(d, "ready"), "w").close()
     wait("go")
@@ -91,6 +93,13 @@ def _ctmon(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
         text=True,
         env=env,
     )
+
+
+def _ctmon_out(*args: str) -> str:
+    """A ctmon command run to its end: its stdout (exit 0 asserted)."""
+    done = subprocess.run([sys.executable, "-m", "ctmon", *args], capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -197,8 +206,12 @@ def test_join_lists_what_came_before_records_what_follows_and_leaves_cleanly(
 
     (joined,) = _kinds(rec, "joined")
     frames = joined["before"]["frames"]["list"]
-    assert [(f["file"], f["line"], f["name"], f["entries"]) for f in frames] == [(str(job_script), F_LINE, "f", 1)]
-    assert joined["before"]["counters"]["stats"]["unique_graphs"] == 1
+    mine = [(f["file"], f["line"], f["name"], f["entries"]) for f in frames if f["file"] == str(job_script)]
+    assert mine == [(str(job_script), F_LINE, "f", 1)], frames
+    # torch.compile(module) compiles torch's wrapper of the module's call: named by the script's module
+    (wrapper,) = [f for f in frames if f["file"] != str(job_script)]
+    assert wrapper["modules"] == ["cmodel = Linear"] and wrapper["entries"] == 1, wrapper
+    assert joined["before"]["counters"]["stats"]["unique_graphs"] == 2
     assert joined["before"]["config"]["recompile_limit"] >= 1
     # before the join is never told as compile events: the recording's compiles are the later ones
     compiles = _kinds(rec, "compile")
@@ -211,7 +224,16 @@ def test_join_lists_what_came_before_records_what_follows_and_leaves_cleanly(
     breaks = _kinds(rec, "graph_break")
     assert [(b["file"], b["line"]) for b in breaks] == [(str(job_script), BREAK_LINE)]
     assert any(n.get("source") == "join" and "left process" in n["message"] for n in _kinds(rec, "note"))
-    assert "before ctmon joined: 1 frame(s)" in err and f"left process {job.pid} running" in err
+    assert "before ctmon joined: 2 frame(s)" in err and f"left process {job.pid} running" in err
+    assert "(torch.compile of cmodel = Linear)" in err
+    # the report says it as what came before the join, and that ctmon left the job running
+    report = json.loads(_ctmon_out("report", str(rec), "--json"))
+    assert report["joined"]["frame_count"] == 2 and report["joined"]["left_running"] is True
+    assert report["joined"]["unique_graphs"] == 2 and report["joined"]["graph_breaks"] == 0
+    assert report["compile"]["compiles"] == len(compiles)  # from the join on, nothing before it
+    text = _ctmon_out("report", str(rec))
+    assert "Was joined with --pid and left running" in text
+    assert "Before ctmon joined" in text and "torch.compile of cmodel = Linear" in text, text
 
 
 CTMON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon") + os.sep

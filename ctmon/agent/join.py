@@ -295,22 +295,39 @@ def _compiled_frames() -> dict[str, Any]:
     from torch._dynamo.convert_frame import input_codes
 
     frames: list[dict[str, Any]] = []
+    torch_dir = os.path.dirname(getattr(sys.modules.get("torch"), "__file__", None) or "/nonexistent") + os.sep
     for ref in list(input_codes.seen):
         code = ref()
         if code is None:
             continue
         entries = len(_debug_get_cache_entry_list(code))
         if entries:
-            frames.append(
-                {
-                    "file": protocol.clip(code.co_filename, 500),
-                    "line": code.co_firstlineno,
-                    "name": protocol.clip(code.co_name, 200),
-                    "entries": entries,
-                }
-            )
+            frame: dict[str, Any] = {
+                "file": protocol.clip(code.co_filename, 500),
+                "line": code.co_firstlineno,
+                "name": protocol.clip(code.co_name, 200),
+                "entries": entries,
+            }
+            if code.co_filename.startswith(torch_dir):
+                # torch.compile(module) compiles torch's own wrapper around
+                # the module's call: name the modules the script compiled
+                frame["modules"] = _compiled_modules()
+            frames.append(frame)
     frames.sort(key=lambda f: -f["entries"])
     return {"count": len(frames), "list": frames[:MAX_FRAMES]}
+
+
+def _compiled_modules() -> list[str]:
+    """``cmodel = Sequential``: the compiled modules the script's own globals
+    hold (where a script usually keeps them), without walking the heap."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    main = sys.modules.get("__main__")
+    found = []
+    for name, value in list(vars(main).items()) if main is not None else ():
+        if isinstance(value, OptimizedModule):
+            found.append(f"{name} = {type(value._orig_mod).__name__}"[:200])
+    return found[:10]
 
 
 def _counters() -> dict[str, dict[str, int]]:

@@ -60,23 +60,13 @@ def join_failure(events: list[Any]) -> str | None:
 
 def before_lines(recording: str) -> list[str]:
     """What the ``joined`` event says Dynamo did before ctmon joined."""
+    from ctmon.store.joined import joined_before
+
     before = _joined_before(recording)
     if before is None:
         return []
-    frames = before.get("frames") or {}
-    counters = before.get("counters") or {}
-    stats = counters.get("stats") or {}
-    breaks = sum((counters.get("graph_break") or {}).values())
-    listed = frames.get("list") or []
-    versions = sum(int(f.get("entries") or 0) for f in listed)
-    lines = [
-        f"before ctmon joined: {frames.get('count', 0)} frame(s) held compiled code ({versions} version(s)), "
-        f"{stats.get('unique_graphs', 0)} unique graph(s), {breaks} graph break(s) "
-        f"(recompile limit {(before.get('config') or {}).get('recompile_limit', '?')})"
-    ]
-    for f in listed[:5]:
-        lines.append(f"  {f.get('file')}:{f.get('line')} {f.get('name')}: {f.get('entries')} version(s)")
-    return [f"ctmon: {line}" for line in lines]
+    said = joined_before(None, before)
+    return [f"ctmon: {line}" for line in (said.summary(), *(f"  {x}" for x in said.frame_lines()))]
 
 
 def _joined_before(recording: str) -> dict[str, Any] | None:

@@ -31,6 +31,15 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
+def _joined(s: Session) -> dict[str, Any] | None:
+    """--pid: what Dynamo had done before the join, and whether ctmon left the
+    job running (its own note when it leaves) or saw it end."""
+    if s.joined is None:
+        return None
+    left = any(n.source == "join" and "leaving process" in n.message for n in s.notes)
+    return {**s.joined.as_dict(), "left_running": left}
+
+
 def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean: bool = False) -> dict[str, Any]:
     """``nodes``: one object per recording when several nodes' recordings were merged.
     ``lean``: only what a comparison of runs reads (ctmon/report/diff.py):
@@ -59,6 +68,8 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
         # None: still running, or a job ctmon did not start (ctmon.install()): its status is unknown
         "exit_code": exit_info.status if exit_info and exit_info.known else None,
         "exit_signal": exit_info.signal if exit_info else None,
+        # --pid: what Dynamo had done before ctmon joined (docs/REPORT.md); null for a job ctmon started
+        "joined": _joined(s),
         "duration_s": _r(s.duration_s),
         "python": s.meta.python,
         "torch": s.meta.torch,

@@ -12,6 +12,7 @@ from typing import Any
 
 from ctmon import locations
 from ctmon.store.compiles import is_limit_hit, split_reason
+from ctmon.store.joined import FRAMES_SHOWN, from_report
 from ctmon.store.session import CUT_OFF
 from ctmon.textsafe import clean, clean_tree
 from ctmon.words import cut, plural
@@ -121,6 +122,11 @@ def exit_text(r: dict[str, Any]) -> str:
             return "is still running"
         if r.get("input") == "torch_trace":
             return "ended (a PyTorch trace holds no exit status)"
+        joined = r.get("joined")
+        if isinstance(joined, dict):
+            if joined.get("left_running"):
+                return "was joined with --pid and left running"
+            return "ended while ctmon was joined (its exit status is not ctmon's to know: ctmon did not start it)"
         return "ended (exit status not known to ctmon)"
     return f"exited with code {r['exit_code']}"
 
@@ -213,6 +219,23 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
     return [clean(line) for line in lines]
 
 
+def joined_section(joined: dict[str, Any], cwd: str | None) -> list[str]:
+    """--pid: what Dynamo had done before ctmon joined, said as that (ctmon
+    saw none of it happen: every count below the section is from the join on)."""
+    before = from_report(joined)
+    lines = ["", "Before ctmon joined (read from PyTorch's own state; not counted below)"]
+    lines.append(_wrap(before.summary().removeprefix("before ctmon joined: "), "  ", "    "))
+    for f in before.frames[:FRAMES_SHOWN]:
+        label = f"{where(f.file, f.line, cwd)} {f.name}"
+        if f.modules:
+            label += f" (torch.compile of {', '.join(f.modules)})"
+        lines.append(_wrap(f"{label}: {f.versions} compiled version(s)", "  - ", "    "))
+    more = before.frame_count - min(len(before.frames), FRAMES_SHOWN)
+    if more > 0:
+        lines.append(f"  - and {more} more")
+    return lines
+
+
 def full_text(r: dict[str, Any]) -> str:
     r = clean_tree(r)
     cwd = r.get("cwd")
@@ -236,6 +259,8 @@ def full_text(r: dict[str, Any]) -> str:
         add(f"  {env}")
     for d in r.get("devices") or []:
         add(f"  GPU {d.get('index')}: {d.get('name')}")
+    if isinstance(r.get("joined"), dict):
+        out.extend(joined_section(r["joined"], cwd))
     findings = r.get("findings") or []
     if findings:
         add("")

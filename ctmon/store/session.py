@@ -24,6 +24,7 @@ from ctmon.store.compiles import CompileState
 from ctmon.store.cudagraphs import CudagraphState
 from ctmon.store.generation import GenerationState
 from ctmon.store.hotness import HotnessState
+from ctmon.store.joined import JoinedBefore, joined_before
 from ctmon.store.output import OutputBuffer
 from ctmon.store.ranks import KEPT_UNTIL_RANKED, RankState, keeping, route
 from ctmon.store.records import ExitInfo, LogEntry, Meta
@@ -61,6 +62,7 @@ class Session:
         # end is not known, and it is not running either.
         self.cut_off = False
         self.uncaught: E.Uncaught | None = None  # the exception that ended its process, as it said
+        self.joined: JoinedBefore | None = None  # --pid: what Dynamo had done before ctmon joined
         self.processes = 0  # agents' hellos: processes of the job that reported
         self.drops = {"steps": 0, "events": 0}
         self.events = 0
@@ -82,6 +84,7 @@ class Session:
             E.Process: self._on_process,
             E.Torch: self._on_torch,
             E.Devices: self._on_devices,
+            E.Joined: self._on_joined,
             E.CompileCall: self._on_compile_call,
             E.CompileStart: self._on_compile_start,
             E.Compile: self._on_compile,
@@ -311,6 +314,10 @@ class Session:
 
     def _on_devices(self, ev: E.Devices) -> None:
         self.meta.devices = list(ev.cuda)
+        self.rev["meta"] += 1
+
+    def _on_joined(self, ev: E.Joined) -> None:
+        self.joined = joined_before(ev.pid, ev.before)
         self.rev["meta"] += 1
 
     def _on_compile_call(self, ev: E.CompileCall) -> None:
