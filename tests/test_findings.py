@@ -500,7 +500,8 @@ def test_cudagraph_skips_in_a_recording(late, tmp_path):
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory):
     env_path = os.pathsep.join([FAKES, ROOT, os.environ.get("PYTHONPATH", "")])
-    target = [workload("train_loop.py"), "1800"]  # ~7 s of steps: enough 1 Hz samples away from the compile
+    # ~7 s of steps, each waiting 0.12 s as on its data: enough 1 Hz samples away from the compile
+    target = [workload("train_loop.py"), "60", "0.12"]
     return record_all(
         tmp_path_factory.mktemp("gpu"),
         {
@@ -522,7 +523,7 @@ def test_idle_gpu_while_steps_run(gpu):
 
 def test_clean_run_on_a_busy_gpu_has_no_warning(gpu):
     r = gpu["busy"]
-    assert r.rep["steps"]["count"] == 1800 and r.rep["compile"]["recompiles"] == 0
+    assert r.rep["steps"]["count"] == 60 and r.rep["compile"]["recompiles"] == 0
     assert not r.rule("gpu-idle")
     assert r.loud() == []
     assert [f["rule"] for f in r.findings if f["rule"] != "step-spikes"] == ["compile-cost"]
