@@ -110,3 +110,29 @@ def test_any_before_folds_reports_and_round_trips(before: dict[str, Any]) -> Non
     assert again.as_dict() == said.as_dict()
     said.summary()
     said.frame_lines()
+
+
+def test_the_screen_says_what_came_before_the_join() -> None:
+    import asyncio
+
+    from ctmon.tui.app import CtmonApp
+    from ctmon.tui.capture import screen_text
+    from ctmon.tui.testing import wait_loaded
+    from ctmon.wire.feeds import ListFeed
+
+    events = [
+        {"kind": "session", "t": 1.0, "id": "j", "command": ["python", "train.py"], "cwd": "/job"},
+        {"kind": "joined", "t": 2.0, "pid": 4242, "torch": "2.13.0", "dynamo": True, "before": BEFORE},
+        {"kind": "exit", "t": 4.0, "code": None},
+    ]
+
+    async def run() -> str:
+        app = CtmonApp(ListFeed(events), replay=True)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_loaded(pilot)
+            await pilot.pause()
+            return screen_text(app)
+
+    shown = asyncio.run(run())
+    assert "before ctmon joined: 7 frame(s) held compiled code (4 version(s))" in shown, shown
+    assert "0 compiles" in shown  # the counts are from the join on

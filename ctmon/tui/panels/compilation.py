@@ -89,7 +89,7 @@ class CompilePanel(Panel):
         el = int(ctx.elapsed() or 0) if active and ctx.job_running else None
         # another rank's compiles change the sums
         ranks = (ctx.session.rev["rank_compiles"], ctx.session.rev["ranks"]) if all_ranks(ctx) else None
-        return (*super().update_key(), el, ranks)
+        return (*super().update_key(), el, ranks, ctx.session.joined is not None)
 
     def set_title(self) -> None:
         ctx = self.ctx
@@ -164,9 +164,13 @@ class CompilePanel(Panel):
             if c.cudagraph_skips:
                 facts.append(f"cudagraphs skipped {sum(c.cudagraph_skips.values())}×")
             facts_t = Text(" · ".join(facts), style="dim") if facts else None
+        # --pid: what Dynamo had done before ctmon joined, read from PyTorch's
+        # own state and never in the counts above
+        joined = ctx.session.joined
+        before_t = Text(joined.summary(), style="italic cyan") if joined is not None else None
         # what to keep when lines run short: totals and caches, then the
-        # compile in progress, then the facts (or each rank's counts)
-        optional = [x for x in (active, facts_t) if x is not None][: max(0, h - 2)]
+        # compile in progress, what came before a join, then the facts (or each rank's counts)
+        optional = [x for x in (active, before_t, facts_t) if x is not None][: max(0, h - 2)]
         lines = [totals, *optional, cache]
         return Text("\n").join(lines[:h])
 
