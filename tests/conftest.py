@@ -33,12 +33,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # per ISA in every process, warm ones too. The tests' jobs trust the CPU's
 # flags instead; what ctmon records (compiles, cache hits and misses) is the same.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-# Nearly every test starts Python processes that import ctmon (a supervisor,
-# a job's agent, a report): with PYTHONDONTWRITEBYTECODE set (some CI images
-# set it) each one compiled ctmon's sources again, about 0.3 s of CPU a
-# process. Their bytecode is cached for the session, outside the checkout.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(_SESSION_TMP, "pycache"))
 
 
 @pytest.fixture
