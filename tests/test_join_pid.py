@@ -102,6 +102,24 @@ def _ctmon_out(*args: str) -> str:
     return done.stdout
 
 
+def _join_then_leave(pid: int, rec: Path, d: Path, *options: str) -> str:
+    """``record --pid`` joins the job after its first compile, lets it
+    recompile and break the graph (the ``go`` file), then leaves mid-run on
+    SIGINT, as Ctrl-C would: ctmon's stderr (it exited 0)."""
+    ctmon = _ctmon("record", *options, "--pid", str(pid), "-o", str(rec))
+    try:
+        _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
+        assert ctmon.poll() is None, ctmon.communicate()
+        (d / "go").touch()
+        _wait(lambda: bool(_kinds(rec, "graph_break")) or ctmon.poll() is not None, "the graph break")
+        ctmon.send_signal(signal.SIGINT)
+        _, err = ctmon.communicate(timeout=WAIT_S)
+    finally:
+        _kill(ctmon)
+    assert ctmon.returncode == 0, err
+    return err
+
+
 def _events(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -183,18 +201,7 @@ def test_join_lists_what_came_before_records_what_follows_and_leaves_cleanly(
 ) -> None:
     job, d = started
     rec = tmp_path / "joined.jsonl"
-    ctmon = _ctmon("record", "--pid", str(job.pid), "-o", str(rec))
-    try:
-        _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
-        assert ctmon.poll() is None, ctmon.communicate()
-        (d / "go").touch()
-        _wait(lambda: bool(_kinds(rec, "graph_break")) or ctmon.poll() is not None, "the graph break")
-        # leaving mid-run: SIGINT, as Ctrl-C would
-        ctmon.send_signal(signal.SIGINT)
-        out, err = ctmon.communicate(timeout=WAIT_S)
-    finally:
-        _kill(ctmon)
-    assert ctmon.returncode == 0, err
+    err = _join_then_leave(job.pid, rec, d)
     assert job.poll() is None  # left running
     (d / "end").touch()
     job_out, job_err = job.communicate(timeout=WAIT_S)
@@ -258,17 +265,7 @@ def test_a_joined_job_traces_as_a_plain_run(tmp_path: Path, job_script: Path) ->
     job, d = _start_job(tmp_path, job_script, {**os.environ, "TORCH_TRACE": str(joined_trace)})
     rec = tmp_path / "joined.jsonl"
     try:
-        ctmon = _ctmon("record", "-q", "--pid", str(job.pid), "-o", str(rec))
-        try:
-            _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
-            assert ctmon.poll() is None, ctmon.communicate()
-            (d / "go").touch()
-            _wait(lambda: bool(_kinds(rec, "graph_break")) or ctmon.poll() is not None, "the graph break")
-            ctmon.send_signal(signal.SIGINT)
-            _, err = ctmon.communicate(timeout=WAIT_S)
-        finally:
-            _kill(ctmon)
-        assert ctmon.returncode == 0, err
+        _join_then_leave(job.pid, rec, d, "-q")
         (d / "end").touch()
         job_out, job_err = job.communicate(timeout=WAIT_S)
     finally:
