@@ -44,9 +44,9 @@ from typing import Any
 import harness
 from jobs.recordings import steady_events, storm_events, write
 
+from ctmon.read.feeds import RecordingFeed
 from ctmon.tui.app import CtmonApp
 from ctmon.wire import protocol
-from ctmon.wire.feeds import RecordingFeed
 
 REQUIRED_REPAINTS_PER_S = 10.0
 
@@ -196,7 +196,7 @@ def firehose_text(r: dict[str, Any]) -> str:
 RSS_CHILD = r"""
 import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[2])
-from ctmon.wire.feeds import RecordingFeed
+from ctmon.read.feeds import RecordingFeed
 from ctmon.tui.app import CtmonApp
 import psutil
 async def main():
@@ -229,7 +229,7 @@ def rss(n: int) -> dict[str, Any]:
 async def _watch_job(period: float, seconds: float, size: tuple[int, int], compiles: bool) -> dict[str, Any]:
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
-    from ctmon.wire.feeds import SocketFeed
+    from ctmon.read.feeds import SocketFeed
 
     tmp = tempfile.mkdtemp(prefix="ctmon-viewer-")
     d = start_detached(

@@ -30,11 +30,11 @@ from helpers import WORKLOADS, Run, marker_lines, record
 
 from ctmon.agent.trace import CONFIG_KEYS, read_config_in_force
 from ctmon.agent.trace_convert import TraceConverter
+from ctmon.findings import analyze
+from ctmon.findings import breaks as B
+from ctmon.findings.model import Finding
+from ctmon.findings.pytorch_hints import ALIASES, Setting, hint_settings, quote, suggest
 from ctmon.store import Session
-from ctmon.store.findings import analyze
-from ctmon.store.findings import breaks as B
-from ctmon.store.findings.model import Finding
-from ctmon.store.findings.pytorch_hints import ALIASES, Setting, hint_settings, quote, suggest
 from ctmon.wire import events as E
 from ctmon.wire.decode import from_dict
 

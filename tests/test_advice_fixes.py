@@ -27,8 +27,8 @@ from helpers import WORKLOADS
 from test_findings import Recorded, record_all
 
 from ctmon.agent.bench_mode import COMPILE_ARGS, TRY_ENV, parse_try
-from ctmon.store.findings.model import CODE, COMPILE_ARG, CONFIG, FIX_KINDS, code_fix, compile_arg_fix, config_fix
-from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, TRACE_AUTOGRAD, setting_fixes
+from ctmon.findings.model import CODE, COMPILE_ARG, CONFIG, FIX_KINDS, code_fix, compile_arg_fix, config_fix
+from ctmon.findings.pytorch_hints import CAPTURE_SCALARS, TRACE_AUTOGRAD, setting_fixes
 
 ADVICE = os.path.join(WORKLOADS, "advice")
 OLDER = os.path.join(ADVICE, "older_templates.py")

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from helpers import WORKLOADS, Run, record
 
+from ctmon.findings import analyze
+from ctmon.findings import guards as G
+from ctmon.findings.breaks import category
 from ctmon.store import Session
-from ctmon.store.findings import analyze
-from ctmon.store.findings import guards as G
-from ctmon.store.findings.breaks import category
 
 LOOP = os.path.join(WORKLOADS, "advice", "loop_bound.py")
 VALUES = 6  # the workload's k takes 1 .. 6

@@ -33,6 +33,7 @@ from test_findings import Recorded, record_all
 from test_findings_unit import F, Run, by_id, only
 from test_ranks import _hello, free_port
 
+from ctmon.findings.current import findings_of
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
 
@@ -259,7 +260,7 @@ def test_lightnings_last_batch_gets_drop_last_on_the_train_dataloader() -> None:
 
 
 def test_the_lever_follows_who_called_torch_compile() -> None:
-    from ctmon.store.findings import levers as L
+    from ctmon.findings import levers as L
 
     def lever(via: list[str], bases: list[str] | None = None) -> str:
         session = lightning_run(0, via=via, bases=bases or []).session()
@@ -300,7 +301,7 @@ def test_the_lever_follows_who_called_torch_compile() -> None:
     ],
 )
 def test_the_users_expression_for_a_guarded_input(code: str, params: tuple[str, ...], name: str, expr: str | None):
-    from ctmon.store.findings import levers as L
+    from ctmon.findings import levers as L
     from ctmon.wire.events import StackFrame
 
     site = L.CallSite(line=StackFrame(file=F, line=9, code=code), params=params)
@@ -386,8 +387,8 @@ def _compile_of(rank: int, fid: int, cid: str, reason: str | None = None, t: flo
 
 
 def test_frames_recompiled_together_are_one_cause_and_apart_are_two() -> None:
-    together = [f for f in _two_ranks([(0, 5.0), (1, 5.2), (2, 5.3)]).findings() if f.rule == "rank-divergence"]
+    together = [f for f in findings_of(_two_ranks([(0, 5.0), (1, 5.2), (2, 5.3)])) if f.rule == "rank-divergence"]
     assert [f.id for f in together] == ["rank-divergence:f0+f1+f2"]
-    apart = [f for f in _two_ranks([(0, 5.0), (1, 30.0)]).findings() if f.rule == "rank-divergence"]
+    apart = [f for f in findings_of(_two_ranks([(0, 5.0), (1, 30.0)])) if f.rule == "rank-divergence"]
     assert sorted(f.id for f in apart) == ["rank-divergence:f0", "rank-divergence:f1"]
     assert by_id(apart)["rank-divergence:f0"].title == "Ranks compiled f0 differently: 2× on rank 1; 1× on rank 0"

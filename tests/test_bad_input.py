@@ -19,9 +19,9 @@ import tempfile
 import pytest
 from helpers import ROOT, WORKLOADS, ctmon, env_with, one_line_containing
 
+from ctmon.read.output_log import output_bytes
 from ctmon.wire.decode import Decoder
 from ctmon.wire.events import Output
-from ctmon.wire.output_log import output_bytes
 
 PY = sys.executable
 JOB = os.path.join(WORKLOADS, "faults_job.py")

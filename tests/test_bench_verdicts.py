@@ -140,7 +140,7 @@ def test_a_modes_cold_compile_is_its_own_whatever_the_order(tmp_path):
     a CPU), typed in either order: each mode's first run misses Inductor's FX
     graph cache and hits nothing, so neither compile time is the other's
     reuse and the order the user typed changes nothing."""
-    from ctmon.report.load import load
+    from ctmon.read.load import load
 
     for order in (["default", "reduce-overhead"], ["reduce-overhead", "default"]):
         doc = _bench(

@@ -27,8 +27,9 @@ import pytest
 from helpers import ROOT, record
 
 from ctmon.agent.cudagraphs import CudagraphObserver, install
-from ctmon.report.load import load
-from ctmon.store.findings.cudagraphs import rerecord_count, rerecorded_frames, runs_in_steps
+from ctmon.findings.cudagraphs import rerecord_count, rerecorded_frames, runs_in_steps
+from ctmon.findings.current import findings_of
+from ctmon.read.load import load
 from ctmon.store.session import Session
 from ctmon.wire.decode import Decoder
 
@@ -57,7 +58,7 @@ def session(scenario: str) -> Session:
 
 
 def by_id(s: Session) -> dict[str, Any]:
-    return {f.id: f for f in s.findings()}
+    return {f.id: f for f in findings_of(s)}
 
 
 # ---- counts: ctmon's against PyTorch's own, on the GPU runs ----
@@ -128,7 +129,7 @@ def test_new_sizes_name_the_steps_and_the_graphs() -> None:
 
 @pytest.mark.parametrize("scenario", ["shapes", "mark-dynamic"])
 def test_rerecordings_for_new_sizes(scenario: str) -> None:
-    (f,) = [f for f in session(scenario).findings() if f.id.startswith("cudagraphs-rerecorded:")]
+    (f,) = [f for f in findings_of(session(scenario)) if f.id.startswith("cudagraphs-rerecorded:")]
     assert f.title == "CUDA graphs re-recorded 6× for Sequential (3 new input sizes: 16×64; 24×64; 32×64)"
     assert f.severity == "warning"  # after the steady start: each one stalled the loop
     assert f.file.endswith("cudagraph_check.py") and f.line == 225
@@ -162,7 +163,7 @@ def test_skip_dynamic_graphs_runs_them_without_cuda_graphs_and_says_so() -> None
     the dynamic graph runs without CUDA graphs -- with no skip in PyTorch's
     counter (torch 2.11), which ctmon says rather than show a clean run."""
     s = session("skip-dynamic")
-    fs = s.findings()
+    fs = findings_of(s)
     assert not [f for f in fs if f.id.startswith("cudagraphs-rerecorded:") and "new input size" in f.title]
     (unused,) = [f for f in fs if f.id.startswith("cudagraphs-unused:")]
     assert unused.title == "CUDA graphs not used for 1 compile of Sequential, and PyTorch gave no reason"
@@ -306,7 +307,7 @@ def test_store_takes_the_agents_counts_where_events_were_lost() -> None:
     cg = s.cudagraphs
     assert (cg.warmups_total, cg.recordings_total, cg.calls) == (4, 6, 100)
     assert cg.coverage == 0.9
-    assert not s.findings()  # counts alone name no graph
+    assert not findings_of(s)  # counts alone name no graph
 
 
 # ---- the hook in a real job (CPU: the trees' module imports, nothing runs on a GPU) ----
@@ -357,7 +358,7 @@ def test_agent_wraps_the_trees_when_the_job_imports_them(tmp_path) -> None:
     ],
 )
 def test_odd_events_fold_and_analyse_without_error(ev: dict[str, Any]) -> None:
-    from ctmon.store.findings import analyze
+    from ctmon.findings import analyze
 
     s = session("shapes")
     for _ in range(2):  # the same function twice: recorded again

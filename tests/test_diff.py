@@ -20,10 +20,10 @@ from helpers import ROOT, ctmon, env_with, marker_lines, one_line_containing, re
 from markdown_it import MarkdownIt
 
 from ctmon.cli.diff import mark_new_findings
+from ctmon.read.load import load
 from ctmon.report.build import build_report
 from ctmon.report.diff import COMPILE_MIN_S, compare, run_summary, same_job, script_of
 from ctmon.report.diff_render import render_markdown, render_text
-from ctmon.report.load import load
 
 JOB = workload("diff_job.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

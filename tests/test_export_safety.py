@@ -33,8 +33,8 @@ import msgspec
 import pytest
 from helpers import ROOT, ctmon, env_with, one_line_containing
 
-from ctmon.textsafe import PLACEHOLDER, clean_markup
 from ctmon.wire import events as E
+from ctmon.words.textsafe import PLACEHOLDER, clean_markup
 
 T0 = 1_800_000_000.0
 # Every kind of text a recording may hold that a terminal, an XML or a strict

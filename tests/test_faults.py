@@ -46,9 +46,9 @@ import pytest
 from helpers import ROOT, WORKLOADS, env_with, short_tmux_dir
 
 from ctmon.launch.runtime import output_log_path
+from ctmon.read.output_log import output_bytes
 from ctmon.report.build import build_report
 from ctmon.store import Session
-from ctmon.wire.output_log import output_bytes
 
 pytestmark = pytest.mark.slow  # faults injected into real jobs, supervisors and viewers
 

@@ -26,9 +26,9 @@ import pytest
 from helpers import WORKLOADS, assert_matches_torch_trace, ctmon, env_with, record
 from trace_shape import read_trace_shape
 
+from ctmon.findings import analyze
+from ctmon.read.recording import read_recording
 from ctmon.store import Session
-from ctmon.store.findings import analyze
-from ctmon.wire.recording import read_recording
 
 pytestmark = pytest.mark.slow  # Hugging Face models under ctmon record
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_fuzz import event_lists
 
+from ctmon.findings import analyze
 from ctmon.store import Session
-from ctmon.store.findings import analyze
 
 pytestmark = pytest.mark.slow  # hundreds of generated runs through every rule: seconds
 

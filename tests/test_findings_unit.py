@@ -10,11 +10,11 @@ import re
 
 import pytest
 
+from ctmon.findings import analyze
+from ctmon.findings import guards as G
+from ctmon.findings.breaks import category
+from ctmon.findings.model import SEVERITY_RANK, Finding
 from ctmon.store import Session
-from ctmon.store.findings import analyze
-from ctmon.store.findings import guards as G
-from ctmon.store.findings.breaks import category
-from ctmon.store.findings.model import SEVERITY_RANK, Finding
 
 T0 = 1795348000.0
 F = "/work/job/train.py"
@@ -1418,7 +1418,7 @@ def test_fake_nvml_without_a_driver_or_gpus(fake_nvml):
 
 
 def test_a_rule_that_raises_is_seen_in_strict_mode(monkeypatch):
-    from ctmon.store import findings as engine
+    from ctmon import findings as engine
 
     def broken(s):
         raise KeyError("boom")
@@ -1767,7 +1767,7 @@ def test_batch_dim_advice_names_buckets_and_the_batch_of_one():
 
 
 def test_a_shape_fix_names_the_users_own_expression():
-    from ctmon.store.findings.guard_advice import name_users_tensor, user_expression
+    from ctmon.findings.guard_advice import name_users_tensor, user_expression
 
     line = "out = cmodel(pixel_values=images[:, :3], labels=labels)  # BATCH-CALL"
     assert user_expression("kwargs['pixel_values']", line) == "images[:, :3]"

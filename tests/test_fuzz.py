@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from ctmon.read.recording import ReadStats, RecordingError, iter_stream, read_recording
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text, summary_lines
 from ctmon.store import Session
 from ctmon.wire import protocol
 from ctmon.wire.events import kind_of
 from ctmon.wire.protocol import LineSplitter, decode, encode
-from ctmon.wire.recording import ReadStats, RecordingError, iter_stream, read_recording
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The event-list properties are costly to shrink; a failure is reported as found

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from helpers import WORKLOADS, record
 
-from ctmon.report.load import load
+from ctmon.findings import analyze
+from ctmon.findings.generate_eager import WARN_S
+from ctmon.read.load import load
 from ctmon.store import Session
-from ctmon.store.findings import analyze
-from ctmon.store.findings.generate_eager import WARN_S
 from ctmon.wire import events as E
 
 SCRIPT = os.path.join(WORKLOADS, "generate_eager.py")

@@ -28,12 +28,12 @@ from helpers import WORKLOADS, assert_matches_torch_trace, env_with, read_torch_
 from trace_shape import read_trace_shape
 
 from ctmon.agent.generation import GenerationWatch
+from ctmon.read.feeds import RecordingFeed
 from ctmon.store import Session
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.capture import screen_text
 from ctmon.tui.testing import wait_loaded
 from ctmon.wire import protocol
-from ctmon.wire.feeds import RecordingFeed
 
 SCRIPT = os.path.join(WORKLOADS, "hf_generate.py")
 CTMON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ctmon") + os.sep

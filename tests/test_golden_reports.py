@@ -37,9 +37,9 @@ def test_every_recording_has_its_expected_report() -> None:
 def test_folding_in_bulk_gives_the_store_folding_one_by_one_gives(recording: str) -> None:
     """apply_all takes step batches together (and a little later than the
     output around them); the store must be the one apply() builds event by event."""
+    from ctmon.read.recording import read_recording
     from ctmon.report.build import build_report
     from ctmon.store import Session
-    from ctmon.wire.recording import read_recording
 
     events = list(read_recording(recording))
     one_by_one = Session()

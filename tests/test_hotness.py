@@ -11,11 +11,11 @@ import re
 import pytest
 from helpers import ctmon, record, workload
 
+from ctmon.read.feeds import RecordingFeed
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.capture import screen_text
 from ctmon.tui.fmt import short_count
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import RecordingFeed
 
 pytestmark = pytest.mark.slow  # real compiled jobs, sampled for seconds
 

@@ -59,7 +59,7 @@ def test_attach_gives_the_job_a_terminal_and_passes_a_typed_line(tmp_path):
     """The supervisor side over its real viewer socket (what the TUI's ``i`` sends)."""
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
-    from ctmon.wire.feeds import SocketFeed
+    from ctmon.read.feeds import SocketFeed
 
     job = tmp_path / "ask.py"
     job.write_text(ASK)

@@ -115,10 +115,10 @@ def test_any_before_folds_reports_and_round_trips(before: dict[str, Any]) -> Non
 def test_the_screen_says_what_came_before_the_join() -> None:
     import asyncio
 
+    from ctmon.read.feeds import ListFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.capture import screen_text
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import ListFeed
 
     events = [
         {"kind": "session", "t": 1.0, "id": "j", "command": ["python", "train.py"], "cwd": "/job"},

@@ -34,10 +34,10 @@ import msgspec
 import pytest
 from helpers import ROOT, env_with
 
+from ctmon.read.output_log import OutputLogs, chunk_bytes, output_bytes
 from ctmon.store import Session
 from ctmon.wire import events as E
 from ctmon.wire.decode import Decoder
-from ctmon.wire.output_log import OutputLogs, chunk_bytes, output_bytes
 from ctmon.wire.protocol import MAX_LINE_BYTES
 
 PY = sys.executable

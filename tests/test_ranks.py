@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from helpers import ctmon, read_torch_trace, record, workload
 
+from ctmon.findings.current import findings_of
+from ctmon.read.recording import read_recording
 from ctmon.store import Session
-from ctmon.wire.recording import read_recording
 
 SCRIPT = workload("ddp_ranks.py")
 COMPILE_KEYS = ("compiles", "recompiles", "graph_breaks", "limit_hits")
@@ -130,10 +131,10 @@ async def _until(pilot: Any, app: Any, *texts: str, tries: int = 300) -> str:
 def test_the_screen_lists_the_ranks_and_shows_one_when_chosen(job):
     import asyncio
 
+    from ctmon.read.feeds import RecordingFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.capture import screen_text
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import RecordingFeed
 
     async def screens() -> tuple[str, str, str]:
         app = CtmonApp(RecordingFeed(job.run.recording), replay=True)
@@ -230,7 +231,7 @@ def test_a_cache_hit_on_one_rank_and_a_miss_on_another_is_critical():
         s.apply(ev)
     for rank, result in ((0, "hit"), (1, "miss")):
         s.apply({"kind": "cache", "t": 2.0, "cache": "fx_graph", "result": result, "rank": rank, "key": "k"})
-    (f,) = [f for f in s.findings() if f.id == "rank-divergence:cache:fx_graph"]
+    (f,) = [f for f in findings_of(s) if f.id == "rank-divergence:cache:fx_graph"]
     assert f.severity == "critical" and f.title == "FX graph cache hit on rank 0 and missed on rank 1"
 
 
@@ -245,9 +246,9 @@ def test_a_recompile_one_rank_is_still_compiling_is_critical_before_it_ends():
     s.apply({**_compile(1, "0/1", t=10.0)[0]})  # started, not ended
     tick = {"kind": "sample", "t": 12.0}
     s.apply(tick)  # two seconds in: ranks a moment apart are not divergent yet
-    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+    assert not [f for f in findings_of(s) if f.rule == "rank-divergence"]
     s.apply({**tick, "t": 16.0})
-    (f,) = [f for f in s.findings() if f.rule == "rank-divergence"]
+    (f,) = [f for f in findings_of(s) if f.rule == "rank-divergence"]
     assert f.severity == "critical"
     assert f.title == "Ranks compiled f differently: 2× on rank 1; 1× on rank 0 (rank 1 still compiling)"
     assert f.evidence[0] == (
@@ -256,7 +257,7 @@ def test_a_recompile_one_rank_is_still_compiling_is_critical_before_it_ends():
     )
     # the same recompile on both ranks, a moment apart, is no divergence
     s.apply({**_compile(0, "0/1", t=13.0)[0]})
-    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+    assert not [f for f in findings_of(s) if f.rule == "rank-divergence"]
 
 
 def test_a_rank_still_on_its_first_compile_has_not_compiled_less():
@@ -267,7 +268,7 @@ def test_a_rank_still_on_its_first_compile_has_not_compiled_less():
         s.apply(ev)
     s.apply({**_compile(0, "0/0", t=2.0)[0]})  # rank 0's first compile runs on
     s.apply({"kind": "sample", "t": 70.0})
-    assert not [f for f in s.findings() if f.rule == "rank-divergence"]
+    assert not [f for f in findings_of(s) if f.rule == "rank-divergence"]
 
 
 def test_a_rank_of_a_launcher_claims_itself_and_its_children_stay_quiet(monkeypatch):
@@ -361,9 +362,9 @@ def test_a_rank_compiling_its_backward_graph_is_compiling_not_stalled():
 def test_sixty_four_ranks_fit_an_80_by_24_terminal():
     import asyncio
 
+    from ctmon.read.feeds import RecordingFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import RecordingFeed
 
     events = [{"kind": "session", "t": 1.0, "v": 1, "command": ["torchrun", "train.py"]}]
     events += [{**_hello(r, r % 8, 100 + r), "t": 1.0} for r in range(64)]
@@ -501,7 +502,7 @@ Root Cause (first observed failure):
     for text in [watchdog, *summary.splitlines()]:
         s.apply({"kind": "output", "t": 5.0, "stream": "stderr", "data": text + "\n"})
     s.apply({"kind": "exit", "t": 6.0, "code": 1})
-    (f,) = [f for f in s.findings() if f.rule == "rank-failed"]
+    (f,) = [f for f in findings_of(s) if f.rule == "rank-failed"]
     assert f.title == (
         "Rank 0 was aborted by NCCL's watchdog: its ALLREDUCE waited past the 10 s timeout (pid 904, localhost); "
         "the launcher then stopped the job"

@@ -24,7 +24,7 @@ import pytest
 from helpers import read_torch_trace, record, workload
 from test_ranks import free_port
 
-from ctmon.wire.recording import read_recording
+from ctmon.read.recording import read_recording
 
 pytestmark = pytest.mark.slow  # ranks started by real launchers
 

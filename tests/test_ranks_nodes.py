@@ -105,9 +105,9 @@ def test_two_nodes_recordings_replay_as_one_job(nodes):
 
     from test_ranks import _until
 
+    from ctmon.read.feeds import NodesFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import NodesFeed
 
     a, b, _, _ = nodes
 

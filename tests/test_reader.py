@@ -8,11 +8,11 @@ import os
 
 import pytest
 
+from ctmon.read.recording import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 from ctmon.store import Session
 from ctmon.wire import protocol
 from ctmon.wire.decode import typed
 from ctmon.wire.events import kind_of
-from ctmon.wire.recording import READ_CHUNK, ReadStats, RecordingError, iter_stream, open_recording, read_recording
 
 SESSION = {
     "kind": "session",
@@ -365,7 +365,7 @@ def test_second_session_header_keeps_the_first_and_warns(tmp_path):
 
 
 def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
-    from ctmon.wire.feeds import RecordingFeed
+    from ctmon.read.feeds import RecordingFeed
 
     lines = [protocol.encode(e) for e in EVENTS]
     huge = b'{"kind":"output","t":1.0,"data":"' + b"x" * (protocol.MAX_LINE_BYTES + 10) + b'"}\n'
@@ -383,7 +383,7 @@ def test_unreadable_lines_become_a_warning_note_in_report_and_replay(tmp_path):
 
 
 def test_replay_reads_a_last_line_without_its_newline(tmp_path):
-    from ctmon.wire.feeds import RecordingFeed
+    from ctmon.read.feeds import RecordingFeed
 
     path = write(tmp_path, "nonl.jsonl", recording_bytes().rstrip(b"\n"))
     evs = [ev for batch in RecordingFeed(path).batches() for ev in batch]

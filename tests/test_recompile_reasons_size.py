@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from helpers import assert_matches_torch_trace, ctmon, record
 
+from ctmon.findings import guards as G
+from ctmon.findings import recompiles as R
+from ctmon.findings.guard_advice import _size_beside
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord
-from ctmon.store.findings import guards as G
-from ctmon.store.findings import recompiles as R
-from ctmon.store.findings.guard_advice import _size_beside
 from ctmon.wire import guard_reasons
 
 RECOMPILES = 60  # the old event at the last one: ~18 KB, and growing by ~190 bytes each

@@ -407,7 +407,7 @@ def test_signal_names_round_trip() -> None:
 
 
 def _viewer_control(run: TinyRecord) -> Any:
-    from ctmon.wire.feeds import SocketFeed
+    from ctmon.read.feeds import SocketFeed
 
     return SocketFeed(run.viewer_socket())
 

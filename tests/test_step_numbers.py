@@ -20,8 +20,8 @@ import pytest
 from golden import FIXTURES
 from helpers import ctmon, record
 
+from ctmon.read.load import load
 from ctmon.report.build import build_report
-from ctmon.report.load import load
 from ctmon.report.text import full_text
 from ctmon.store import Session
 from ctmon.store.steps import step_number

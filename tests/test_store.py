@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from ctmon.report.build import build_report
-from ctmon.report.text import exit_text, fmt_ms, fmt_s, full_text, summary_lines
+from ctmon.report.text import exit_text, full_text, summary_lines
 from ctmon.store import Session
 from ctmon.store.compiles import display_name, is_limit_hit
 from ctmon.store.output import MAX_LINE_CHARS, OutputBuffer
 from ctmon.store.step_stats import percentile
 from ctmon.store.steps import StepSeries
 from ctmon.wire import protocol
+from ctmon.words.units import ms_or_s, seconds
 
 T0 = 1795346334.0
 GB = "/work/main/tests/workloads/graph_breaks.py"
@@ -1288,9 +1289,11 @@ def test_report_types_hold_for_malformed_locations():
 
 
 def test_text_formatting_helpers():
-    assert fmt_ms(None) == "-" and fmt_ms(2.5) == "2.50 ms" and fmt_ms(25.0) == "25.0 ms"
-    assert fmt_ms(250.0) == "250 ms" and fmt_ms(2500.0) == "2.50 s"
-    assert fmt_s(None) == "-" and fmt_s(1.234) == "1.23 s" and fmt_s(12.3) == "12.3 s" and fmt_s(600) == "10.0 min"
+    assert ms_or_s(None) == "-" and ms_or_s(2.5) == "2.50 ms" and ms_or_s(25.0) == "25.0 ms"
+    assert ms_or_s(250.0) == "250 ms" and ms_or_s(2500.0) == "2.50 s"
+    assert (
+        seconds(None) == "-" and seconds(1.234) == "1.23 s" and seconds(12.3) == "12.3 s" and seconds(600) == "10.0 min"
+    )
 
 
 def test_text_report_with_many_recompile_reasons():

@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctmon.cli import main as cli_main
+from ctmon.read.feeds import Feed, ListFeed, RecordingFeed
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
-from ctmon.textsafe import PLACEHOLDER, clean, clean_tree, plain_json, unsafe_spans
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.screens import DetailScreen
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import Feed, ListFeed, RecordingFeed
+from ctmon.words.textsafe import PLACEHOLDER, clean, clean_tree, plain_json, unsafe_spans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -509,7 +509,7 @@ def test_the_sanitiser_is_standard_library_only() -> None:
     # the report, the supervisor and the viewer all use it
     import subprocess
 
-    code = "import sys, ctmon.textsafe; bad = {'rich', 'textual', 'torch'} & set(sys.modules); print(sorted(bad))"
+    code = "import sys, ctmon.words.textsafe; bad = {'rich', 'textual', 'torch'} & set(sys.modules); print(sorted(bad))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
     )

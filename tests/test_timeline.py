@@ -9,11 +9,11 @@ import os
 import pytest
 from golden import recordings
 
+from ctmon.read.feeds import FileBatch, RecordingFeed
 from ctmon.report.build import build_report
 from ctmon.store import Session
 from ctmon.tui.timeline import Timeline
 from ctmon.wire.events import Steps
-from ctmon.wire.feeds import FileBatch, RecordingFeed
 
 # the GPU ones have device windows (retimed steps), the tour every kind of event
 CHOSEN = [

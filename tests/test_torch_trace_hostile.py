@@ -27,12 +27,12 @@ import pytest
 from helpers import ROOT, ctmon, env_with, workload
 from test_ranks import free_port
 
-from ctmon.report import torch_trace
+from ctmon.read import torch_trace
+from ctmon.read.follow import Follower
+from ctmon.read.torch_trace import MAX_LINE, MAX_PAYLOAD, TraceStats, load_trace, trace_events
 from ctmon.report.build import build_report
-from ctmon.report.follow import Follower
 from ctmon.report.markdown import markdown
 from ctmon.report.text import full_text
-from ctmon.report.torch_trace import MAX_LINE, MAX_PAYLOAD, TraceStats, load_trace, trace_events
 
 LOG = "dedicated_log_torch_trace_x.log"
 
@@ -99,9 +99,9 @@ def test_a_torchrun_trace_with_a_hostile_record_replays_on_the_screen(two_ranks,
 
     from test_ranks import _until
 
+    from ctmon.read.feeds import ListFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import ListFeed
 
     trace = tmp_path / "t"
     shutil.copytree(two_ranks, trace)

@@ -126,10 +126,10 @@ def test_a_trace_replays_on_the_screen(tmp_path, graph_breaks_trace):
 
     from test_ranks import _until
 
-    from ctmon.report.torch_trace import TraceStats, trace_events
+    from ctmon.read.feeds import ListFeed
+    from ctmon.read.torch_trace import TraceStats, trace_events
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import ListFeed
 
     trace = graph_breaks_trace
 

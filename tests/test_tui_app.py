@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from ctmon.read.feeds import ListFeed, RecordingFeed
 from ctmon.store import Session
 from ctmon.tui.app import CtmonApp, MainScreen, TabStrip
 from ctmon.tui.capture import screen_text
@@ -24,7 +25,6 @@ from ctmon.tui.stream_panes import EventsPane, OutputPane
 from ctmon.tui.testing import QueueFeed, wait_applied, wait_loaded, wait_until
 from ctmon.tui.timeline import Timeline
 from ctmon.wire.decode import typed
-from ctmon.wire.feeds import ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

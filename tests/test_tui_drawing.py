@@ -20,6 +20,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from ctmon.findings import current as findings_current
+from ctmon.read.feeds import RecordingFeed
 from ctmon.store import Session
 from ctmon.tui import panels
 from ctmon.tui.app import CtmonApp
@@ -27,7 +29,6 @@ from ctmon.tui.context import ViewContext
 from ctmon.tui.panels import AlertsPanel, current_findings
 from ctmon.tui.strips import text_strips
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -101,7 +102,7 @@ def _events(name: str) -> list[dict]:
 
 
 def test_findings_wait_for_the_end_of_a_backlog(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_clock = panels.findings.monotonic
+    real_clock = findings_current.monotonic
     # multi_gpu's 19th event brings its first warning (shape recompiles)
     events = _events("multi_gpu")
     ctx = ViewContext(session=Session(), catching_up=True)
@@ -111,7 +112,7 @@ def test_findings_wait_for_the_end_of_a_backlog(monkeypatch: pytest.MonkeyPatch)
     for ev in events[10:20]:
         ctx.session.apply(ev)
     # still folding the backlog: the rules are not run again, however long it takes
-    monkeypatch.setattr(panels.findings, "monotonic", lambda: real_clock() + 3600)
+    monkeypatch.setattr(findings_current, "monotonic", lambda: real_clock() + 3600)
     assert not [f for f in current_findings(ctx) if f.severity != "info"]
     ctx.catching_up = False
     # the backlog is folded: the next look runs them at once

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from ctmon.read.feeds import ListFeed, RecordingFeed
+from ctmon.read.load import load
 from ctmon.report.build import build_report
-from ctmon.report.load import load
 from ctmon.report.text import summary_lines
 from ctmon.store import Session
 from ctmon.store.output import OutputBuffer
@@ -33,7 +34,6 @@ from ctmon.tui.ranks_screen import ranks_summary
 from ctmon.tui.screens import DetailScreen
 from ctmon.tui.stream_panes import OutputPane
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -329,7 +329,7 @@ def test_an_answered_prompt_is_not_left_as_the_outputs_last_line(tmp_path: Any) 
     the viewer socket as the TUI's ``i`` answers it, then its recording shown."""
     from ctmon.launch.daemon import start_detached
     from ctmon.launch.spec import JobSpec
-    from ctmon.wire.feeds import SocketFeed
+    from ctmon.read.feeds import SocketFeed
 
     job = tmp_path / "ask.py"
     job.write_text(ASK)

@@ -15,9 +15,9 @@ import os
 
 import pytest
 
+from ctmon.read.feeds import ListFeed, RecordingFeed
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.testing import wait_loaded
-from ctmon.wire.feeds import ListFeed, RecordingFeed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")

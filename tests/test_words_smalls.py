@@ -22,8 +22,8 @@ import pytest
 from golden import FIXTURES
 from helpers import ctmon
 
+from ctmon.read.load import load
 from ctmon.report.build import build_report
-from ctmon.report.load import load
 from ctmon.report.markdown import markdown
 from ctmon.report.perfetto import export
 from ctmon.report.text import full_text, summary_lines
@@ -275,7 +275,7 @@ def test_attach_says_paths_as_the_user_gave_them(tmp_path, monkeypatch) -> None:
 
 
 def test_a_trace_is_named_as_the_user_named_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ctmon.report.torch_trace import TraceStats, trace_events
+    from ctmon.read.torch_trace import TraceStats, trace_events
 
     monkeypatch.chdir(tmp_path)
     os.mkdir("trace")

@@ -47,6 +47,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from ctmon.findings.current import findings_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = ("shapes", "mark-dynamic", "padded", "skip-dynamic")
 SIZES = (8, 16, 24, 32)
@@ -146,7 +148,7 @@ def _pytorch_side(torch: Any, ct: Any) -> dict[str, Any]:
 
 
 def rerecords_of_calls(raw: list[dict[str, Any]]) -> int:
-    """Re-recordings as ctmon defines them (ctmon/store/findings/cudagraphs.py:
+    """Re-recordings as ctmon defines them (ctmon/findings/cudagraphs.py:
     a frame's recordings beyond the first of each kind of graph, the first
     being its first compile's graph at its first size key, in as many
     recordings as it has partitions), from the arguments PyTorch passed to
@@ -276,8 +278,8 @@ def _run(scenario: str, out_dir: str, cache: str) -> subprocess.Popen[str]:
 
 def _ctmon_side(path: str) -> tuple[dict[str, Any], list[Any]]:
     sys.path.insert(0, ROOT)
-    from ctmon.report.load import load
-    from ctmon.store.findings.cudagraphs import rerecord_count, rerecorded_frames
+    from ctmon.findings.cudagraphs import rerecord_count, rerecorded_frames
+    from ctmon.read.load import load
 
     s, _ = load(path)
     cg = s.cudagraphs
@@ -293,7 +295,7 @@ def _ctmon_side(path: str) -> tuple[dict[str, Any], list[Any]]:
         "coverage": None if cg.coverage is None else round(cg.coverage, 4),
         "skips": sum(s.compile.cudagraph_skips.values()),
     }
-    return counts, s.findings()
+    return counts, findings_of(s)
 
 
 def _compare(scenario: str, ctmon: dict[str, Any], torch_side: dict[str, Any], findings: list[Any]) -> list[str]:

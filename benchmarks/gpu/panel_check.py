@@ -86,10 +86,10 @@ def reserved_mib(index: int) -> float | None:
 
 
 async def render_panel(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    from ctmon.read.feeds import ListFeed
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.panels import GpuPanel
     from ctmon.tui.testing import wait_loaded
-    from ctmon.wire.feeds import ListFeed
 
     now = sample["t"]
     events = [

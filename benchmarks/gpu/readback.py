@@ -119,8 +119,8 @@ def ranks(rec: str, trace_dir: str, out: str | None) -> int:
 
 
 def follow(rec: str, every: float, limit: float) -> int:
-    from ctmon.report.load import load
-    from ctmon.store.findings import analyze
+    from ctmon.findings import analyze
+    from ctmon.read.load import load
     from ctmon.store.rank_status import rank_statuses
     from ctmon.wire.errors import RecordingError
 

@@ -52,7 +52,7 @@ def _owned_dirs() -> tuple[str, ...]:
 
 
 # PyTorch's own files by their place, for stacks read where torch is not
-# imported (a trace from another machine: ctmon/report/torch_trace.py)
+# imported (a trace from another machine: ctmon/read/torch_trace.py)
 _TORCH_PATH = re.compile(
     r"[/\\](?:site|dist)-packages[/\\](?:torch|functorch|triton)[/\\]|[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn[/\\]modules)[/\\]"
 )

@@ -101,6 +101,6 @@ def main(argv: list[str] | None = None) -> int:
 def _line(error: Exception) -> str:
     """An error for the terminal: messages quote paths and arguments, which
     can hold escape sequences (a recording's file name)."""
-    from ctmon.textsafe import clean
+    from ctmon.words.textsafe import clean
 
     return clean(f"ctmon: {error}\n")

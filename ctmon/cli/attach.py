@@ -109,7 +109,7 @@ def _interactive() -> bool:
 
 def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metrics: str | None = None) -> int:
     from ctmon.launch.daemon import DaemonError, start_detached
-    from ctmon.wire.feeds import FeedError, SocketFeed
+    from ctmon.read.feeds import FeedError, SocketFeed
 
     if output:
         check_writable(output)
@@ -206,7 +206,7 @@ def failure_lines(session: Session, output_log: str | None) -> list[str]:
     it), and where its whole output is: what the terminal keeps of a job
     the TUI showed. Nothing for a job that succeeded or still runs."""
     from ctmon.store.job_error import last_traceback, stderr_lines
-    from ctmon.textsafe import clean
+    from ctmon.words.textsafe import clean
 
     ended = session.exit
     if ended is None or not ended.known or ended.status == 0:

@@ -39,8 +39,9 @@ from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.launch import files, runtime
 from ctmon.launch.spec import JobSpec
-from ctmon.report.bench import MODES, ModeRun, compare, mode_row, render_markdown, render_text, summarize
-from ctmon.report.follow import Follower as RecordingFollower
+from ctmon.read.follow import Follower as RecordingFollower
+from ctmon.report.bench import ModeRun, compare, mode_row, render_markdown, render_text, summarize
+from ctmon.words.modes import MODES
 
 DEFAULT_RUNS = 5
 MIN_RUNS = 3  # rounds before a resolved verdict may end the bench early

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctmon.cli import CliError
-from ctmon.textsafe import clean
+from ctmon.words.textsafe import clean
 
 HELP = """usage: ctmon diff BASE NEW [--json | --md] [--fail] [--any-job]
 
@@ -70,10 +70,10 @@ def main(argv: list[str]) -> int:
 def load_run(path: str, label: str) -> dict[str, Any]:
     """One side's summary; one line (exit 2) when it cannot be read."""
     from ctmon.cli.progress import reading
+    from ctmon.read.merge import load_nodes
     from ctmon.report.build import build_report
     from ctmon.report.diff import run_summary
     from ctmon.report.gate import capture_lines
-    from ctmon.report.merge import load_nodes
     from ctmon.wire.errors import RecordingError
 
     try:

@@ -52,14 +52,14 @@ def main(argv: list[str]) -> int:
     if out is None:
         raise CliError(f"export: -o FILE is required ({USAGE})")
     from ctmon.cli.outfile import refuse_overwrite, write_text
-    from ctmon.report.merge import load_nodes
+    from ctmon.read.merge import load_nodes
+    from ctmon.read.torch_trace import is_torch_trace
     from ctmon.report.perfetto import export
-    from ctmon.report.torch_trace import is_torch_trace
 
     refuse_overwrite("export", out, _inputs(paths))
     if not is_torch_trace(paths[0]):
         load_nodes(paths)  # one line when a recording cannot be read (or several are not one job)
-    # a trace is checked as it is read (ctmon/report/torch_trace.py), before anything is written
+    # a trace is checked as it is read (ctmon/read/torch_trace.py), before anything is written
     timeline = export(_events(paths))
     if fmt == "perfetto":
         write_text("export", out, lambda f: json.dump(timeline, f, separators=(",", ":"), allow_nan=False))
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
 def _inputs(paths: list[str]) -> list[str]:
     """Every file the export reads: the recordings named, or the log files
     of a TORCH_TRACE directory."""
-    from ctmon.report.torch_trace import is_torch_trace, trace_files
+    from ctmon.read.torch_trace import is_torch_trace, trace_files
 
     if not is_torch_trace(paths[0]):
         return paths
@@ -87,10 +87,10 @@ def _inputs(paths: list[str]) -> list[str]:
 
 
 def _events(paths: list[str]) -> Iterator[Event | Unknown | tuple[Event | Unknown, int | None]]:
-    from ctmon.report.torch_trace import TraceStats, is_torch_trace, trace_events
+    from ctmon.read.feeds import NodesFeed
+    from ctmon.read.recording import read_recording
+    from ctmon.read.torch_trace import TraceStats, is_torch_trace, trace_events
     from ctmon.wire.decode import typed
-    from ctmon.wire.feeds import NodesFeed
-    from ctmon.wire.recording import read_recording
 
     if is_torch_trace(paths[0]):
         for d in trace_events(paths, TraceStats()):

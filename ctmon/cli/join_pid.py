@@ -137,8 +137,8 @@ def _title(command: object) -> str | None:
 
 def _watch(session: dict[str, object]) -> None:
     from ctmon.cli.tui import run_app
+    from ctmon.read.feeds import FeedError, SocketFeed
     from ctmon.tui.app import CtmonApp
-    from ctmon.wire.feeds import FeedError, SocketFeed
 
     try:
         feed = SocketFeed(str(session["viewer_socket"]))

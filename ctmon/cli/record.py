@@ -159,7 +159,8 @@ def run_headless(
     # before the job starts, so that no import follows its exit (a child
     # of the job may go on printing where ctmon hands its streams off)
     from ctmon.launch.supervisor import Supervisor, SupervisorError, SupervisorOptions
-    from ctmon.report import build, load, text  # noqa: F401  (used by conclude)
+    from ctmon.read import load  # noqa: F401  (used by conclude)
+    from ctmon.report import build, text  # noqa: F401  (used by conclude)
 
     if output:
         check_writable(output)
@@ -265,8 +266,8 @@ def conclude(
 
 def _read_back(path: str, info: ExitInfo) -> tuple[Session, dict[str, Any]] | None:
     """What the recording holds, and its report (None: it cannot be read)."""
+    from ctmon.read.load import load
     from ctmon.report.build import build_report
-    from ctmon.report.load import load
     from ctmon.wire import events as E
 
     try:

@@ -11,7 +11,7 @@ from ctmon.cli import CliError
 from ctmon.launch.spec import UsageError
 
 if TYPE_CHECKING:
-    from ctmon.wire.feeds import ListFeed
+    from ctmon.read.feeds import ListFeed
 
 USAGE = "ctmon replay FILE [FILE ...]"
 HELP = f"""usage: {USAGE}
@@ -43,8 +43,8 @@ def main(argv: list[str]) -> int:
     if bad:
         raise UsageError(f"replay: unexpected argument {bad[0]} ({USAGE})")
     path = files[0]
-    from ctmon.report.torch_trace import is_torch_trace
-    from ctmon.wire.feeds import Feed, NodesFeed, RecordingFeed
+    from ctmon.read.feeds import Feed, NodesFeed, RecordingFeed
+    from ctmon.read.torch_trace import is_torch_trace
 
     feed: Feed
     if any(is_torch_trace(f) for f in files):
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     elif len(files) > 1:
         for f in files:
             _check_has_events(f)
-        from ctmon.report.merge import load_nodes
+        from ctmon.read.merge import load_nodes
 
         load_nodes(files)  # RecordingError: one line, when they are not the nodes of one job
         feed = NodesFeed(files)
@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
 
 
 def _trace_feed(files: list[str]) -> ListFeed:
-    """PyTorch's TORCH_TRACE logs, read as a recording (ctmon/report/torch_trace.py)."""
-    from ctmon.report.torch_trace import TraceStats, trace_events
-    from ctmon.wire.feeds import ListFeed
+    """PyTorch's TORCH_TRACE logs, read as a recording (ctmon/read/torch_trace.py)."""
+    from ctmon.read.feeds import ListFeed
+    from ctmon.read.torch_trace import TraceStats, trace_events
 
     # read once, here: RecordingError (one line) for no logs, a recording among them, nothing readable
     return ListFeed(list(trace_events(files, TraceStats())), name=os.path.basename(os.path.normpath(files[0])))
@@ -81,7 +81,7 @@ def _trace_feed(files: list[str]) -> ListFeed:
 
 def _check_has_events(path: str) -> None:
     """Refuse, as `report` does, a file in which no line is an event."""
-    from ctmon.wire.recording import RecordingError, StreamDecoder, open_recording
+    from ctmon.read.recording import RecordingError, StreamDecoder, open_recording
 
     with open_recording(path) as f:
         dec = StreamDecoder()

@@ -9,7 +9,7 @@ import sys
 from ctmon.cli import CliError
 from ctmon.cli.record import parse_budgets
 from ctmon.report import gate
-from ctmon.textsafe import clean
+from ctmon.words.textsafe import clean
 
 HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...] [--baseline BASE]
 
@@ -68,8 +68,8 @@ def main(argv: list[str]) -> int:
     # the baseline first: a bad one is one line before any output
     base = read_baseline("report", baseline, budgets)
     from ctmon.cli.progress import reading
+    from ctmon.read.merge import load_nodes
     from ctmon.report.build import build_report
-    from ctmon.report.merge import load_nodes
     from ctmon.report.text import full_text
 
     session, stats, nodes = load_nodes(paths, reading(" ".join(paths)[:80]))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ctmon.cli import CliError
 from ctmon.launch import files, runtime
-from ctmon.textsafe import PLACEHOLDER, clean
+from ctmon.words.textsafe import PLACEHOLDER, clean
 
 HELP = """usage: ctmon runs [--json] [--keep N | --older-than AGE] [--dry-run]
 
@@ -361,7 +361,7 @@ def _when(mtime: float) -> str:
 
 def _shown(text: str) -> str:
     """A string from a file or a file name, as one line for the terminal: no
-    escape sequence or control character (ctmon/textsafe.py), no line break,
+    escape sequence or control character (ctmon/words/textsafe.py), no line break,
     and a name's undecodable bytes as escapes (they cannot be written as
     they are)."""
     one_line = clean(text, tab=" ").replace("\n", PLACEHOLDER)

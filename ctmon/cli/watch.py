@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.launch import runtime
-from ctmon.textsafe import clean
+from ctmon.words.textsafe import clean
 
 if TYPE_CHECKING:
-    from ctmon.wire.feeds import Feed
+    from ctmon.read.feeds import Feed
 
 # the docstring, as a terminal shows it: ``q`` (reST for the code reader) as 'q'
 HELP = re.sub(r"``([^`]+)``", r"'\1'", __doc__.split("\n\n", 1)[1]) if __doc__ else ""
@@ -163,7 +163,7 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
 
 
 def _watch(info: dict[str, object]) -> int:
-    from ctmon.wire.feeds import FeedError, SocketFeed
+    from ctmon.read.feeds import FeedError, SocketFeed
 
     try:
         feed = SocketFeed(str(info["viewer_socket"]))
@@ -179,7 +179,7 @@ def _watch(info: dict[str, object]) -> int:
 
 def _watch_tcp(addr: str, token_file: str | None) -> int:
     from ctmon.launch.sockets import parse_listen
-    from ctmon.wire.feeds import AuthError, FeedError, SocketFeed
+    from ctmon.read.feeds import AuthError, FeedError, SocketFeed
 
     try:
         host, port = parse_listen(addr)

@@ -36,10 +36,9 @@ import os
 import stat
 import time
 
-# How long a run opening its file waits out a lock someone holds only to look
-# (``locked`` takes and drops it in two system calls); a second ctmon writing
-# the same file holds its lock for the whole of its run and is still refused.
-LOOK_WAIT_S = 0.5
+from ctmon.read.liveness import LOOK_WAIT_S, lock_holder, locked, path_locked
+
+__all__ = ["FileRefused", "LOOK_WAIT_S", "lock_holder", "locked", "path_locked"]  # the lock's reading side, for writers
 
 
 class FileRefused(Exception):
@@ -115,54 +114,6 @@ def _lock_exclusive(fd: int) -> bool:
             time.sleep(0.005)
 
 
-def locked(fd: int) -> bool:
-    """Whether a live run holds a flock on the file (or directory) ``fd`` is
-    open on.
-
-    A shared lock is tried on our own open file description and let go at
-    once. A flock belongs to the open file description it was taken on, so
-    neither taking nor dropping ours touches the writer's; a POSIX record lock
-    (``fcntl``/``lockf``) would not do: any close of the file by a process
-    drops all of that process's record locks. Where flock cannot be tried (a
-    filesystem without it), /proc/locks says.
-    """
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        try:
-            return lock_holder(os.fstat(fd)) is not None
-        except OSError:
-            return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    except OSError:
-        pass  # closing ours lets it go as well
-    return False
-
-
-def path_locked(path: str) -> bool:
-    """``locked`` for the file or directory ``path`` names (no symlink
-    followed, no FIFO or device opened for real). One that cannot be opened
-    (no read permission) is looked up in /proc/locks."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY
-    try:
-        st = os.lstat(path)
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            return False  # ctmon writes neither through a symlink here nor into anything else
-        fd = os.open(path, flags)
-    except OSError:
-        try:
-            return lock_holder(os.lstat(path)) is not None
-        except OSError:
-            return False  # gone
-    try:
-        return locked(fd)
-    finally:
-        os.close(fd)
-
-
 def hold_directory(path: str) -> int | None:
     """An exclusive flock on the directory ``path`` for as long as the
     returned descriptor is open (None where none can be had): a run writing
@@ -211,20 +162,3 @@ def refuse_protected_symlink(path: str) -> None:
         raise FileRefused(
             f"'{path}' is a symlink another user owns in the shared directory {parent} (refusing to follow it)"
         )
-
-
-def lock_holder(st: os.stat_result) -> int | None:
-    """The pid holding a flock on the file ``st`` describes, from /proc/locks."""
-    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open("/proc/locks") as f:
-            for line in f:
-                parts = line.split()
-                # "1: FLOCK  ADVISORY  WRITE 4242 00:2e:1234 0 EOF" ("->" marks waiters)
-                if "->" in parts:
-                    continue
-                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev and parts[4].isdigit():
-                    return int(parts[4])
-    except OSError:
-        pass
-    return None

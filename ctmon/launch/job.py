@@ -31,9 +31,9 @@ from ctmon.launch import execwatch, relay, signal_policy, stdfds
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.store import ExitInfo
-from ctmon.store.findings.silent import PASSED_ON, sent_signal_message
 from ctmon.wire import events as E
 from ctmon.wire import protocol
+from ctmon.words.signal_notes import PASSED_ON, sent_signal_message
 
 # A job that writes as fast as it can fills its pipe (PIPE_SIZE) while the
 # supervisor records the last read; one read takes all of it, so the two

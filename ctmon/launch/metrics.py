@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ctmon.report.follow import Follower
+from ctmon.read.follow import Follower
 from ctmon.store import Session
 
 # step-time buckets, seconds: a 1 ms inference step to a 10 s training step

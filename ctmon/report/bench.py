@@ -38,9 +38,9 @@ from typing import Any
 
 from ctmon.report.ranks import compile_counts, job_totals
 from ctmon.store import Session
-from ctmon.words import cut
+from ctmon.words.phrases import cut
+from ctmon.words.units import ms_sig
 
-MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 STEADY_MIN = 3  # fewer steady steps than this: the last half of the steps stands in
 CLOSE = 0.05  # modes within 5 % of each other's p50 are "the same speed"
 RESOLUTION = 0.01  # differences under 1 % between processes are never called resolved
@@ -302,21 +302,21 @@ def _recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "mode": "eager",
             "resolved": True,
             "reason": f"no mode is more than {CLOSE:.0%} faster than eager (best: {best['mode']}, "
-            f"{_ms(best['p50_ms'])} vs {_ms(eager['p50_ms'])} a step): compiling does not pay for itself here; "
+            f"{ms_sig(best['p50_ms'])} vs {ms_sig(eager['p50_ms'])} a step): compiling does not pay for itself here; "
             "compile only the hot parts, or look at the graph breaks",
         }
     default = next((r for r in compiled if r["mode"] == "default"), None)
     pick = best
     if default is not None and best is not default and best["p50_ms"] >= default["p50_ms"] * (1 - CLOSE):
         pick = default  # within a few percent: the cheaper compile and the fewer surprises
-    reason = f"{pick['mode']}: {_ms(pick['p50_ms'])} a step"
+    reason = f"{pick['mode']}: {ms_sig(pick['p50_ms'])} a step"
     if pick.get("speedup"):
         reason += f", {pick['speedup']:.2f}× eager"
     if pick.get("speedup_ci"):
         reason += f" (95 % interval {pick['speedup_ci'][0]:.2f}–{pick['speedup_ci'][1]:.2f}×, {pick.get('runs')} runs)"
     if pick is not best:
         reason += (
-            f"; {best['mode']} is within {CLOSE:.0%} ({_ms(best['p50_ms'])}) and compiles "
+            f"; {best['mode']} is within {CLOSE:.0%} ({ms_sig(best['p50_ms'])}) and compiles "
             f"{_s(best.get('compile_s'))} against {_s(pick.get('compile_s'))}"
         )
     if pick.get("break_even_steps") is not None:
@@ -331,10 +331,6 @@ def _recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not pick.get("resolved"):  # default stands in for a resolved best within CLOSE: say so
         reason += f"; {pick['mode']} itself is not resolved against eager"
     return {"mode": pick["mode"], "resolved": True, "reason": reason}
-
-
-def _ms(v: float | None) -> str:
-    return "?" if v is None else f"{v:.3g} ms"
 
 
 def _s(v: float | None) -> str:

@@ -13,16 +13,17 @@ from typing import Any
 import msgspec
 
 import ctmon
+from ctmon.findings.current import findings_of
+from ctmon.findings.model import called_from_dict
 from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_reports
 from ctmon.report.system import system_report
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord, CompileState, Frame
-from ctmon.store.findings.model import called_from_dict
 from ctmon.store.steps import StepSeries
 from ctmon.wire import events as E
 from ctmon.wire.protocol import finite
 
-TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/report/torch_trace.py)
+TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/read/torch_trace.py)
 
 REPORT_VERSION = 1
 
@@ -132,7 +133,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
         },
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "system": None if traced or lean else system_report(s),
-        "findings": [] if lean else [f.as_dict() for f in s.findings()],
+        "findings": [] if lean else [f.as_dict() for f in findings_of(s)],
         "ranks": [] if lean else rank_reports(s),
         "nodes": nodes or [],
         "drops": dict(s.drops),

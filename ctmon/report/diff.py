@@ -39,9 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from ctmon.locations import where
 from ctmon.report.bench import CLOSE, STEADY_MIN, _gpu_peak, _interval
 from ctmon.store import Session
+from ctmon.words.labels import CACHE_NAMES, PHASE_NAMES
+from ctmon.words.locations import where
+from ctmon.words.units import ms_sig
 
 DIFF_VERSION = 1
 BLOCKS = 5  # step-time samples per run (bench runs a mode 3-7 times)
@@ -66,16 +68,14 @@ KIND_ORDER = (
     "compile_call",
 )
 
+# ctmon's own split of a compile's time (dynamo, backend), then PyTorch's
+# traced phases: inductor and code_gen are timed both ways, the rest traced only.
 PHASE_LABELS = {
     "dynamo": "Dynamo (tracing and guards)",
     "backend": "the backend (AOTAutograd and Inductor)",
-    "inductor": "Inductor",
-    "code_gen": "code generation",
-    "dynamo_tracing": "Dynamo tracing (traced)",
-    "guards": "guards (traced)",
-    "aot_autograd": "AOTAutograd (traced)",
-    "autotune": "autotuning (traced)",
-    "backward": "backward graphs (traced)",
+    "inductor": PHASE_NAMES["inductor"],
+    "code_gen": PHASE_NAMES["code_gen"],
+    **{k: f"{PHASE_NAMES[k]} (traced)" for k in ("dynamo_tracing", "guards", "aot_autograd", "autotune", "backward")},
 }
 COUNTS = {
     "compiles": "compiles",
@@ -86,7 +86,7 @@ COUNTS = {
     "frames": "compiled frames",
     "backward_compiles": "backward compiles",
 }
-CACHES = {"fx_graph": "FX graph cache", "aot_autograd": "AOTAutograd cache"}
+CACHES = {key: f"{name} cache" for key, name in CACHE_NAMES.items()}
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?\s*:\s*")  # "0/0: " before a recompile reason
 
 
@@ -517,16 +517,12 @@ def _step_time(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
         over = max(CLOSE, spread)
         apart = ca is not None and cb is not None and (cb[0] > ca[1] or cb[1] < ca[0])
         extra = {"change_pct": round(100 * change, 2), "noise_pct": round(100 * over, 2), "base_ci": ca, "new_ci": cb}
-        what = f"{label} {_ms(a)} → {_ms(b)} ({change:+.1%}; noise ±{over:.1%})"
+        what = f"{label} {ms_sig(a)} → {ms_sig(b)} ({change:+.1%}; noise ±{over:.1%})"
         if abs(change) > over and apart:
             d.add("regressions" if change > 0 else "improvements", "step_time", subject, what, a, b, **extra)
         else:
             why = "too few steady steps to tell" if ca is None or cb is None else f"within noise ±{over:.1%}"
-            d.add("unchanged", "step_time", subject, f"{label} ({_ms(a)} → {_ms(b)}, {why})", a, b, **extra)
-
-
-def _ms(v: float) -> str:
-    return f"{v:.3g} ms"
+            d.add("unchanged", "step_time", subject, f"{label} ({ms_sig(a)} → {ms_sig(b)}, {why})", a, b, **extra)
 
 
 def _gpu_memory(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:

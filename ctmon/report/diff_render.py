@@ -9,8 +9,8 @@ from typing import Any
 
 from ctmon.report.diff import is_new_since_base
 from ctmon.report.markdown import inline
-from ctmon.textsafe import clean_tree
-from ctmon.words import plural
+from ctmon.words.phrases import plural
+from ctmon.words.textsafe import clean_tree
 
 SHOWN = 40  # entries listed per section; the rest are counted (--json has all)
 

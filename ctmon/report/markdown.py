@@ -6,19 +6,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ctmon.locations import where
 from ctmon.report.text import (
     NOTES_SHOWN,
     ended_text,
     exit_text,
-    fmt_ms,
-    fmt_s,
     generation_text,
     rank_lines,
     warning_notes,
 )
-from ctmon.textsafe import clean, clean_tree
-from ctmon.words import cut
+from ctmon.words.locations import where
+from ctmon.words.phrases import cut
+from ctmon.words.textsafe import clean, clean_tree
+from ctmon.words.units import ms_or_s, seconds
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -41,7 +40,7 @@ def _compiles(c: dict[str, Any]) -> str:
     refused = c["limit_hits"]
     compiled, recompiled = max(0, c["compiles"] - refused), max(0, c["recompiles"] - refused)
     limit = f" + {refused} refused at the recompile limit" if refused else ""
-    return f"{compiled} ({recompiled} recompiles){limit}, {fmt_s(c['total_time_s'])}"
+    return f"{compiled} ({recompiled} recompiles){limit}, {seconds(c['total_time_s'])}"
 
 
 def _shares(rt: dict[str, Any]) -> str:
@@ -114,7 +113,7 @@ def markdown(r: dict[str, Any]) -> str:
     rows = [
         (
             "Steps",
-            f"{st['count']} ({st['source']}), p50 {fmt_ms(st['p50_ms'])}, p90 {fmt_ms(st['p90_ms'])}"
+            f"{st['count']} ({st['source']}), p50 {ms_or_s(st['p50_ms'])}, p90 {ms_or_s(st['p90_ms'])}"
             if st["count"]
             else ("not in a PyTorch trace" if st["count"] is None else "no step boundaries"),
         ),

@@ -23,8 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ctmon.store.steps import step_number
-from ctmon.textsafe import clean_markup
 from ctmon.wire import events as E
+from ctmon.words.labels import PHASE_NAMES
+from ctmon.words.textsafe import clean_markup
 
 JOB_PID = 0
 ORIGIN_PID = 10_000_000  # + the OS pid of a process without a rank, told apart from the job's
@@ -33,16 +34,6 @@ TRACKS = {"steps": 1, "compiles": 2, "events": 3}
 # a recording may hold any finite number, and microseconds from a time near
 # the float maximum are infinite, which strict JSON cannot hold.
 LATEST_S = 1e15
-
-
-PHASE_LABELS = {
-    "dynamo_tracing": "Dynamo tracing",
-    "guards": "guards",
-    "aot_autograd": "AOTAutograd",
-    "inductor": "Inductor",
-    "code_gen": "code generation",
-    "autotune": "autotuning",
-}
 
 
 class PerfettoExport:
@@ -242,7 +233,7 @@ class PerfettoExport:
         if start is None:
             return
         self._traced.add((pid, f"{cid} backward" if ev.phase == "backward" else cid))
-        label = f"backward {cid}" if ev.phase == "backward" else PHASE_LABELS.get(ev.phase, ev.phase)
+        label = f"backward {cid}" if ev.phase == "backward" else PHASE_NAMES.get(ev.phase, ev.phase)
         self._slice(pid, "compiles", label, start, self._rel(ev.t) - start, {"compile_id": cid})
 
     def _sample(self, ev: E.Sample) -> None:

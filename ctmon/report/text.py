@@ -1,7 +1,7 @@
 """Human-readable renderings of a report dict (plain text, no colour codes).
 
 Both go to a terminal: every recorded string in them is cleaned of control
-characters and escape sequences (ctmon.textsafe), before wrapping and again
+characters and escape sequences (ctmon.words.textsafe), before wrapping and again
 over the finished text.
 """
 
@@ -10,12 +10,14 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ctmon import locations
 from ctmon.store.compiles import is_limit_hit, split_reason
 from ctmon.store.joined import FRAMES_SHOWN, from_report
 from ctmon.store.session import CUT_OFF
-from ctmon.textsafe import clean, clean_tree
-from ctmon.words import cut, plural
+from ctmon.words import locations
+from ctmon.words.labels import CACHE_NAMES, PHASE_NAMES
+from ctmon.words.phrases import cut, plural
+from ctmon.words.textsafe import clean, clean_tree
+from ctmon.words.units import gib_or_mib, ms_or_s, seconds
 
 SUMMARY_FINDINGS = 3  # warnings and criticals in the end-of-run summary; the rest are counted
 
@@ -42,49 +44,22 @@ def _counts(c: dict[str, Any], limit: bool = False) -> str:
     return f"{counts}, {plural(c['graph_breaks'], 'graph break')}{hits}"
 
 
-def fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-PHASE_NAMES = {
-    "dynamo_tracing": "Dynamo tracing",
-    "guards": "guards",
-    "aot_autograd": "AOTAutograd",
-    "inductor": "Inductor",
-    "code_gen": "code generation",
-    "autotune": "autotuning",
-    "backward": "backward graphs",
-}
-
-
 def _wrap(text: str, first: str, rest: str, width: int = 100) -> str:
     return "\n".join(textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest)) or first.rstrip()
-
-
-def fmt_ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 1000:
-        return f"{v / 1000:.2f} s"
-    if v >= 100:
-        return f"{v:.0f} ms"
-    if v >= 10:
-        return f"{v:.1f} ms"
-    return f"{v:.2f} ms"
 
 
 def generation_text(g: dict[str, Any]) -> str:
     """One line on the job's generate() calls (report key ``generation``)."""
     calls = g["calls"]
     ttft = (
-        f"first token {fmt_ms(g['ttft_ms'])}"
+        f"first token {ms_or_s(g['ttft_ms'])}"
         if g.get("ttft_ms") is not None
         else "first token not timed (needs Python 3.12+)"
     )
     if g.get("ttft_ms") is not None and calls > 1:
-        ttft = f"first token p50 {fmt_ms(g['ttft_ms'])} (max {fmt_ms(g['ttft_max_ms'])})"
+        ttft = f"first token p50 {ms_or_s(g['ttft_ms'])} (max {ms_or_s(g['ttft_max_ms'])})"
     per_token = (
-        f"per token p50 {fmt_ms(g['token_p50_ms'])}, p90 {fmt_ms(g['token_p90_ms'])}"
+        f"per token p50 {ms_or_s(g['token_p50_ms'])}, p90 {ms_or_s(g['token_p90_ms'])}"
         if g.get("token_p50_ms") is not None
         else "per-token latency not known"
     )
@@ -92,14 +67,6 @@ def generation_text(g: dict[str, Any]) -> str:
         f"{calls} generate() call{'s' if calls != 1 else ''}, {g['tokens']} token{'s' if g['tokens'] != 1 else ''} "
         f"(prefill {g['prefill']}): {ttft}; {per_token}"
     )
-
-
-def fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 120:
-        return f"{v / 60:.1f} min"
-    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
 
 
 def where(file: str | None, line: int | None, cwd: str | None = None) -> str:
@@ -139,10 +106,10 @@ def ended_text(r: dict[str, Any]) -> str:
     if d is None:
         return exit_text(r)
     if r.get("input") == "torch_trace":
-        return f"{exit_text(r)}; its records span {fmt_s(d)}"
+        return f"{exit_text(r)}; its records span {seconds(d)}"
     if r.get("state") == CUT_OFF:
-        return f"{exit_text(r)}; {fmt_s(d)} recorded"
-    return f"{exit_text(r)} after {fmt_s(d)}"
+        return f"{exit_text(r)}; {seconds(d)} recorded"
+    return f"{exit_text(r)} after {seconds(d)}"
 
 
 # where the job's own step numbers came from, by the step source that carried them
@@ -169,7 +136,7 @@ def first_step_text(st: dict[str, Any]) -> str | None:
     if st.get("first_step_ms") is None:
         return f"step {first}, the first, is untimed (nothing marked its start) and not in the figures below"
     return (
-        f"step {first}, the first, took {fmt_ms(st['first_step_ms'])} from the first compiled call's start "
+        f"step {first}, the first, took {ms_or_s(st['first_step_ms'])} from the first compiled call's start "
         "(its compiles included; not in the figures below)"
     )
 
@@ -186,12 +153,12 @@ def summary_lines(r: dict[str, Any], recording: str | None = None) -> list[str]:
         if timed is not None and timed < 0.9 * (st["count"] - 1):
             timing += f", from {timed:,} timed"  # a fast loop's counting stretches (docs/REPORT.md)
         lines.append(
-            f"ctmon: {st['count']} steps ({st['source']}): p50 {fmt_ms(st['p50_ms'])}, "
-            f"p90 {fmt_ms(st['p90_ms'])}, max {fmt_ms(st['max_ms'])} ({timing}){_one_rank(r)}"
+            f"ctmon: {st['count']} steps ({st['source']}): p50 {ms_or_s(st['p50_ms'])}, "
+            f"p90 {ms_or_s(st['p90_ms'])}, max {ms_or_s(st['max_ms'])} ({timing}){_one_rank(r)}"
         )
     if r.get("generation"):
         lines.append(f"ctmon: {generation_text(r['generation'])}")
-    lines.append(f"ctmon: {_counts(c)}, {fmt_s(c['total_time_s'])} compiling{_all_ranks(r)}")
+    lines.append(f"ctmon: {_counts(c)}, {seconds(c['total_time_s'])} compiling{_all_ranks(r)}")
     fx, aot = cache.get("fx_graph", {}), cache.get("aot_autograd", {})
     if any(fx.values()) or any(aot.values()):
         lines.append(
@@ -295,8 +262,8 @@ def full_text(r: dict[str, Any]) -> str:
         if first:
             add(f"  {first}")
         add(
-            f"  p50 {fmt_ms(st['p50_ms'])}  p90 {fmt_ms(st['p90_ms'])}  p99 {fmt_ms(st['p99_ms'])}  "
-            f"mean {fmt_ms(st['mean_ms'])}  max {fmt_ms(st['max_ms'])}"
+            f"  p50 {ms_or_s(st['p50_ms'])}  p90 {ms_or_s(st['p90_ms'])}  p99 {ms_or_s(st['p99_ms'])}  "
+            f"mean {ms_or_s(st['mean_ms'])}  max {ms_or_s(st['max_ms'])}"
         )
         if st.get("compile_steps"):
             add(f"  {st['compile_steps']} step(s) paid for a compile")
@@ -325,19 +292,19 @@ def full_text(r: dict[str, Any]) -> str:
     limit = f" of limit {c['recompile_limit']}" if c.get("recompile_limit") and not c["limit_hits"] else ""
     add(f"  {_counts(c, limit=True)}{limit}, {plural(c['failures'], 'failure')}")
     add(
-        f"  {fmt_s(c['total_time_s'])} compiling ({fmt_s(c['forward_time_s'])} frames + "
-        f"{fmt_s(c['backward_time_s'])} backward graphs)"
+        f"  {seconds(c['total_time_s'])} compiling ({seconds(c['forward_time_s'])} frames + "
+        f"{seconds(c['backward_time_s'])} backward graphs)"
     )
     ph = c.get("phases_s") or {}
     if ph.get("backend"):
         add(
-            f"  frames: Dynamo {fmt_s(ph['dynamo'])}, backend {fmt_s(ph['backend'])} "
-            f"(Inductor {fmt_s(ph['inductor'])}, of it code generation {fmt_s(ph['code_gen'])})"
+            f"  frames: Dynamo {seconds(ph['dynamo'])}, backend {seconds(ph['backend'])} "
+            f"(Inductor {seconds(ph['inductor'])}, of it code generation {seconds(ph['code_gen'])})"
         )
     traced = c.get("traced_phases_s") or {}
     if traced:
         add("  PyTorch's phase timers (nested: Inductor runs inside AOTAutograd or a backward graph's compile):")
-        add("    " + ", ".join(f"{PHASE_NAMES.get(k, k)} {fmt_s(v)}" for k, v in traced.items()))
+        add("    " + ", ".join(f"{PHASE_NAMES.get(k, k)} {seconds(v)}" for k, v in traced.items()))
     sites = r.get("compile_sites") or []
     if len(sites) > 0:
         add("")
@@ -368,7 +335,7 @@ def full_text(r: dict[str, Any]) -> str:
             counts = compile_counts_text(f["compiles"], f["recompiles"], _refused(r, f))
             add(
                 f"  {where(f['file'], f['line'], cwd)}  {f['name']}: {counts}, "
-                f"{fmt_s(f['time_s'])}{flag}{_lead(f, cwd)}"
+                f"{seconds(f['time_s'])}{flag}{_lead(f, cwd)}"
             )
             frt = f.get("runtime") or {}
             if frt.get("calls") is not None:
@@ -391,8 +358,8 @@ def full_text(r: dict[str, Any]) -> str:
         add("")
         add("System")
         for g in sysr["gpus"]:
-            mem = fmt_bytes(g["memory_peak_bytes"]) if g["memory_peak_bytes"] else "?"
-            job = f" (the job's own {fmt_bytes(g['job_memory_peak_bytes'])})" if g["job_memory_peak_bytes"] else ""
+            mem = gib_or_mib(g["memory_peak_bytes"]) if g["memory_peak_bytes"] else "?"
+            job = f" (the job's own {gib_or_mib(g['job_memory_peak_bytes'])})" if g["job_memory_peak_bytes"] else ""
             idle = g["idle_share_while_stepping"]
             text = (
                 f"GPU {g['index']} {g['name'] or ''}: utilisation mean {g['util_mean']}%, p10 {g['util_p10']}%, "
@@ -406,12 +373,12 @@ def full_text(r: dict[str, Any]) -> str:
         cpu = sysr["cpu_percent_peak"]
         if cpu is not None:
             cores = f" of {sysr['cpus']} cores" if sysr.get("cpus") else ""
-            rss = f", RSS peak {fmt_bytes(sysr['rss_peak_bytes'])}" if sysr.get("rss_peak_bytes") else ""
+            rss = f", RSS peak {gib_or_mib(sysr['rss_peak_bytes'])}" if sysr.get("rss_peak_bytes") else ""
             add(f"  CPU mean {sysr['cpu_percent_mean']}%, peak {cpu}%{cores}{rss}")
     cache = r["cache"]
     add("")
     add("Caches")
-    for name, label in (("fx_graph", "FX graph"), ("aot_autograd", "AOTAutograd")):
+    for name, label in CACHE_NAMES.items():
         cc = cache.get(name) or {}
         add(f"  {label:<12} {cc.get('hit', 0)} hit  {cc.get('miss', 0)} miss  {cc.get('bypass', 0)} bypass")
     at = cache.get("autotune") or {}
@@ -489,7 +456,7 @@ def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
         fx = (x.get("cache") or {}).get("fx_graph") or {}
         # a PyTorch trace holds no steps: its count is None (absent), said as such, not as 0
         steps = "steps not traced" if st["count"] is None else plural(st["count"], "step")
-        steps += f", p50 {fmt_ms(st['p50_ms'])}" if st.get("p50_ms") is not None else ""
+        steps += f", p50 {ms_or_s(st['p50_ms'])}" if st.get("p50_ms") is not None else ""
         who = ", ".join(p for p in (x.get("host"), f"pid {x['pid']}" if x.get("pid") is not None else None) if p)
         out.append(
             f"rank {x['rank']}"

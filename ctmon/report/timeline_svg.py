@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ctmon.textsafe import clean_markup
+from ctmon.words.textsafe import clean_markup
 
 WIDTH = 1000
 LEFT = 110

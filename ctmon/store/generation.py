@@ -12,7 +12,7 @@ tokens per sequence) but has no interval of its own: the time to it is
 ``ttft_ms``.
 
 A call the agent saw run no compiled graph at all (``eager``) is kept apart:
-the finding ctmon/store/findings/generate_eager.py speaks of it.
+the finding ctmon/findings/generate_eager.py speaks of it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from ctmon.wire import events as E
 
-#: ``Meta.mode`` of PyTorch's TORCH_TRACE read as a recording (ctmon/report/torch_trace.py):
+#: ``Meta.mode`` of PyTorch's TORCH_TRACE read as a recording (ctmon/read/torch_trace.py):
 #: compiles only, no steps, samples, output or run to measure against
 TRACE_MODE = "torch_trace"
 

@@ -77,8 +77,6 @@ class Session:
         self.ranks: dict[int, RankState] = {}
         self.primary_rank: int | None = None
         self.routes_ranks = True  # False in a rank's own store: it takes its events as they come
-        self._findings: list[Any] = []
-        self._findings_key: Any = None
         self._handlers: dict[type[E.Event], Callable[[Any], None]] = {
             E.SessionStart: self._on_session,
             E.Process: self._on_process,
@@ -528,34 +526,6 @@ class Session:
 
     def latest_sample(self) -> E.Sample | None:
         return self.samples[-1] if self.samples else None
-
-    def findings(self) -> list[Any]:
-        """Findings for the current state, recomputed only when the state changed."""
-        from ctmon.store.findings import analyze
-
-        key = (
-            self.rev["compile"],
-            self.rev["rank_compiles"],  # another rank's compile: the ranks may now differ
-            self.rev["steps"],
-            self.rev["samples"] // 5,
-            self.rev["meta"],
-            self.exit is not None,
-            self._open_recompiles_due(),
-        )
-        if self._findings_key != key:
-            self._findings = analyze(self)
-            self._findings_key = key
-        return self._findings
-
-    def _open_recompiles_due(self) -> int:
-        """How many ranks' open compiles have run long enough to count as a
-        divergence (the rule needs no new event to become true: only time)."""
-        from ctmon.store.findings.ranks import OPEN_RECOMPILE_S
-
-        if len(self.ranks) < 2 or self.last_t is None:
-            return 0
-        due = self.last_t - OPEN_RECOMPILE_S
-        return sum(1 for rs in self.ranks.values() for st in rs.session.compile.active.values() if st.t <= due)
 
 
 def _first_line(text: str | None, limit: int = 200) -> str:

@@ -41,6 +41,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 
+from ctmon.read.feeds import Feed, FileBatch, RecordingFeed
 from ctmon.store import ExitInfo, Session
 from ctmon.tui.context import ReplayInfo, ViewContext
 from ctmon.tui.ingest import Handoff
@@ -53,7 +54,6 @@ from ctmon.tui.safe import CLEAN_EVENTS, clean, clean_event
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
 from ctmon.wire import protocol
-from ctmon.wire.feeds import Feed, FileBatch, RecordingFeed
 
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
 CLOCK_S = 1.0
@@ -188,7 +188,7 @@ class CtmonApp(App[AppResult]):
 
     def _read_feed(self) -> None:
         error = None
-        # recorded strings are cleaned off the UI thread (ctmon.textsafe): by
+        # recorded strings are cleaned off the UI thread (ctmon.words.textsafe): by
         # the feed as it decodes, where it can judge the bytes, else here
         feed_cleans = self.feed.fixes(CLEAN_EVENTS)
         try:

@@ -16,6 +16,7 @@ from ctmon.tui.doc import Doc
 from ctmon.tui.panels import localize
 from ctmon.tui.panes import budget
 from ctmon.wire.events import StackFrame
+from ctmon.words.locations import is_library_path
 
 SOURCE_CONTEXT = 5
 MAX_SOURCE_BYTES = 8 << 20
@@ -62,7 +63,7 @@ def frame_detail(frame: Frame, ctx: ViewContext) -> Doc:
             f"{fmt.plural(len(frame.compiles), 'compile')} ({frame.recompiles} recompiles) · budget ",
             (b_text, b_style or "bold"),
             (" (cache entries / recompile limit)", "dim"),
-            f" · {fmt.secs(frame.time_s)} compiling",
+            f" · {fmt.seconds(frame.time_s)} compiling",
         ),
         "  ",
     )
@@ -95,10 +96,10 @@ def _compile_block(out: Doc, n: int, rec: CompileRecord, ctx: ViewContext) -> No
     cwd = ctx.cwd
     out.blank()
     head = Text.assemble(
-        (f" #{n} ", "bold"), (f"{rec.compile_id}", "bold cyan"), f"  at {_rel(ctx, rec.t)}  {fmt.secs(rec.time_s)}"
+        (f" #{n} ", "bold"), (f"{rec.compile_id}", "bold cyan"), f"  at {_rel(ctx, rec.t)}  {fmt.seconds(rec.time_s)}"
     )
     if rec.backend_s is not None:
-        head.append(f" (backend {fmt.secs(rec.backend_s)})", "dim")
+        head.append(f" (backend {fmt.seconds(rec.backend_s)})", "dim")
     head.append("  ")
     if rec.limit_hit:
         head.append("RECOMPILE LIMIT HIT", "bold red")
@@ -183,9 +184,7 @@ def break_detail(site: BreakSite, ctx: ViewContext) -> Doc:
         _section(out, "User stack (most recent call last)")
         for fr in site.user_stack:
             file, line, name = fr.file, fr.line, fr.name
-            internal = (
-                not file or str(file).startswith("<") or "/site-packages/" in str(file) or "/ctmon/agent/" in str(file)
-            )
+            internal = is_library_path(file)
             out.para(f"{fmt.where(file, line, cwd)} in {name}", "  ", "dim" if internal else "bold")
             if fr.code:
                 out.para(fr.code, "      ", "dim", crop=True)

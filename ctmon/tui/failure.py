@@ -24,13 +24,13 @@ from ctmon.store.output import OutputLine
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title
 from ctmon.tui.panels.base import Panel
+from ctmon.words.locations import is_library_path
 
 HEADER = "Traceback (most recent call last):"
 MESSAGE_MAX = 40  # lines of the exception's message kept (PyTorch's run to a dozen or two)
 _RANK_PREFIX = re.compile(r"^\[(?:default)?(?:rank)?\d+\]:\s?")  # torchrun: "[rank1]: Traceback ..."
 _FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.*))?\s*$')
 _SYNTAX = re.compile(r"^(SyntaxError|IndentationError|TabError)\b")
-_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen ", "/ctmon/agent/")
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Frame:
 
     @property
     def library(self) -> bool:
-        return self.file.startswith("<") or any(m in self.file for m in _LIBRARY)
+        return is_library_path(self.file)
 
 
 @dataclass

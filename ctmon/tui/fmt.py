@@ -1,106 +1,29 @@
-"""Small text formatters shared by the panels (pure functions, no Textual)."""
+"""Small text helpers of the panels (pure functions, no Textual): clipping, bars, sparklines.
+
+Numbers with units and places in code are ctmon/words' (units.py, locations.py),
+named here too because every pane writes them through ``fmt``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from ctmon.locations import called_from_text as called_from_text
-from ctmon.locations import place as place
-from ctmon.locations import short_path as short_path
-from ctmon.locations import where as where
-from ctmon.words import plural  # noqa: F401 - the panes say counts through fmt
+from ctmon.words.locations import called_from_text as called_from_text
+from ctmon.words.locations import place as place
+from ctmon.words.locations import short_path as short_path
+from ctmon.words.locations import where as where
+from ctmon.words.phrases import plural  # noqa: F401 - the panes say counts through fmt
+from ctmon.words.units import count as count
+from ctmon.words.units import elapsed as elapsed
+from ctmon.words.units import gib as gib
+from ctmon.words.units import ms as ms
+from ctmon.words.units import num_ms as num_ms
+from ctmon.words.units import offset as offset
+from ctmon.words.units import pct as pct
+from ctmon.words.units import seconds as seconds
+from ctmon.words.units import short_count as short_count
+from ctmon.words.units import size as size
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
-
-
-def num_ms(v: float | None) -> str:
-    """A step time in ms without its unit: 0.54, 12.3, 812, 23104."""
-    if v is None or v != v:
-        return "-"
-    if v < 10:
-        return f"{v:.2f}"
-    if v < 100:
-        return f"{v:.1f}"
-    return f"{v:.0f}"
-
-
-def ms(v: float | None) -> str:
-    return "-" if v is None or v != v else f"{num_ms(v)} ms"
-
-
-def secs(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    if v >= 120:
-        return f"{v / 60:.1f} min"
-    if v >= 10:
-        return f"{v:.1f} s"
-    return f"{v:.2f} s"
-
-
-def elapsed(v: float | None) -> str:
-    """Wall-clock style: 00:12:34, or 1d 02:03:04 for long runs."""
-    if v is None or v != v or v < 0:
-        return "--:--:--"
-    total = int(v)
-    days, rest = divmod(total, 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    text = f"{h:02d}:{m:02d}:{s:02d}"
-    return f"{days}d {text}" if days else text
-
-
-def offset(v: float | None) -> str:
-    """Seconds since the job started, for the event log: +12.3s, +1h02m."""
-    if v is None or v != v:
-        return "?"
-    if v < 0:
-        v = 0.0
-    if v < 100:
-        return f"+{v:.1f}s"
-    if v < 3600:
-        return f"+{int(v // 60)}m{int(v % 60):02d}s"
-    return f"+{int(v // 3600)}h{int(v % 3600 // 60):02d}m"
-
-
-def size(n: float | int | None) -> str:
-    """Bytes in binary units: 812 KiB, 13.1 MiB, 32.1 GiB."""
-    if n is None or not isinstance(n, (int, float)) or n != n:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(n)} B"
-            return f"{n:.1f} {unit}" if abs(n) < 100 else f"{n:.0f} {unit}"
-        n /= 1024
-    return f"{n:.0f} TiB"  # pragma: no cover
-
-
-def gib(n: float | int | None, digits: int = 1) -> str:
-    if n is None or not isinstance(n, (int, float)):
-        return "-"
-    return f"{n / (1 << 30):.{digits}f}"
-
-
-def pct(v: Any) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
-        return "N/A"
-    return f"{v:.0f}%"
-
-
-def count(n: int) -> str:
-    return f"{n:,}"
-
-
-def short_count(n: int) -> str:
-    """At most 5 cells: 999, 12.3k, 123k, 1.2M, 12M."""
-    for div, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
-        if n >= div:
-            v = n / div
-            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
-    return str(n)
 
 
 def clip(text: str, width: int) -> str:

@@ -283,8 +283,9 @@ class MainScreen(Screen[None]):
 
     def action_findings(self) -> None:
         from ctmon.tui.panels import findings_body
+        from ctmon.tui.panels.findings import current_findings
 
-        n = len(self.ctx.session.findings())
+        n = len(current_findings(self.ctx))
         self.app.push_screen(DetailScreen(f"Findings · {n}", findings_body(self.ctx), "findings"))
 
     def action_ranks(self) -> None:

@@ -204,7 +204,7 @@ class FramesPane(Pane):
             (str(len(f.compiles)), "yellow" if f.recompiles else ""),
             budget(f),
             (reason, "yellow" if reason else "dim"),
-            (fmt.secs(f.time_s), ""),
+            (fmt.seconds(f.time_s), ""),
             graph_calls(runtime),
             step_share(runtime),
         ]

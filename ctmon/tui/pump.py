@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from time import monotonic, perf_counter
 
+from ctmon.read.feeds import FileBatch
 from ctmon.store import Session
 from ctmon.tui.ingest import Batch, Handoff
 from ctmon.tui.timeline import Timeline
-from ctmon.wire.feeds import FileBatch
 
 REFRESH_MIN_S = 0.08  # at most 12.5 repaints a second
 STEADY_REFRESH_S = 0.5  # steps, samples and output alone: at most 2 repaints a second

@@ -1,4 +1,4 @@
-"""The TUI's side of ctmon.textsafe: rich ``Text`` cleaned with its styles kept.
+"""The TUI's side of ctmon.words.textsafe: rich ``Text`` cleaned with its styles kept.
 
 Textual hands a segment's characters to the terminal as they are, and rich
 only drops a few control codes (BEL, BS, VT, FF, CR), not ESC: a frame name
@@ -14,9 +14,9 @@ from __future__ import annotations
 import msgspec
 from rich.text import Text
 
-from ctmon.textsafe import clean, clean_tree, dirty, plain_json, unsafe, unsafe_spans
 from ctmon.wire import events as E
 from ctmon.wire.decode import Fix
+from ctmon.words.textsafe import clean, clean_tree, dirty, plain_json, unsafe, unsafe_spans
 
 __all__ = ["CLEAN_EVENTS", "ansi_text", "clean", "clean_event", "safe_text"]
 

@@ -112,7 +112,7 @@ class EventsPane(Pane):
                     frame.loc.file, frame.loc.line, rec.called_from or frame.called_from, self.ctx.cwd, narrow
                 )
                 reason = reason_text(rec.recompile_reason, self.ctx.cwd)
-                return f"{rec.compile_id} {frame.title}: {reason} · {where} · {fmt.secs(rec.time_s)}"
+                return f"{rec.compile_id} {frame.title}: {reason} · {where} · {fmt.seconds(rec.time_s)}"
         if e.kind == "graph_break" and isinstance(e.ref, tuple):
             site = self.ctx.view.compile.breaks.get(e.ref)
             if site is not None and len(site.reasons) == 1:  # else the entry's own words

@@ -7,9 +7,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ctmon.read.feeds import Batch, Feed
 from ctmon.wire.decode import typed
 from ctmon.wire.events import Event, Unknown
-from ctmon.wire.feeds import Batch, Feed
 
 
 class QueueFeed(Feed):

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from itertools import accumulate, compress
 from operator import attrgetter
 
+from ctmon.read.recording import READ_CHUNK, StreamDecoder
 from ctmon.store import Session
 from ctmon.wire import events as E
 from ctmon.wire.decode import Fix
-from ctmon.wire.recording import READ_CHUNK, StreamDecoder
 
 CHECKPOINT_EVERY = 25_000
 

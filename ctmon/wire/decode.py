@@ -24,9 +24,9 @@ from typing import Any
 
 import msgspec
 
-from ctmon.textsafe import plain_json
 from ctmon.wire.events import KINDS, AnyEvent, Autotune, Event, Unknown
 from ctmon.wire.protocol import MAX_DEPTH, MAX_LINE_BYTES, too_deep
+from ctmon.words.textsafe import plain_json
 
 __all__ = ["MAX_DEPTH", "MAX_LINE_BYTES", "Decoder", "from_dict", "too_deep", "typed"]
 

@@ -498,7 +498,7 @@ class Output(Event, tag="output", omit_defaults=False):
 
     def raw(self) -> bytes | None:
         """The chunk's bytes as the job wrote them, where the event holds them
-        (None: kept in the output log -- see ctmon/wire/output_log.py --, an
+        (None: kept in the output log -- see ctmon/read/output_log.py --, an
         encoding this version does not know, or base64 that does not decode)."""
         if self.enc is msgspec.UNSET:
             return self.data.encode("utf-8", "replace")

@@ -11,7 +11,7 @@ reasons (as many as the store ever read) and keeps, in PyTorch's order:
 * the first reason of each *kind* of failure: the text without its compile-id
   prefix, its values masked (``k == #``), so versions that failed the same
   guard at other values are one kind; the store reads the cause from each
-  kind's first reason (ctmon/store/findings/guards.py ``cause``);
+  kind's first reason (ctmon/findings/guards.py ``cause``);
 * the first few distinct reasons whatever their kind (a finding's "also
   failed" evidence);
 

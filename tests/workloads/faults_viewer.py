@@ -24,7 +24,7 @@ import time
 
 from ctmon.store import Session
 from ctmon.wire.events import kind_of
-from ctmon.wire.feeds import SocketFeed
+from ctmon.read.feeds import SocketFeed
 
 
 def _write(path: str, status: dict) -> None:

@@ -14,14 +14,7 @@ alerts and states carry words.
 from ctmon.tui.panels.alerting import ALERTS_KEPT, AlertsPanel, alert_text, alerts, is_alert
 from ctmon.tui.panels.base import Panel, localize
 from ctmon.tui.panels.compilation import CompilePanel
-from ctmon.tui.panels.findings import (
-    FINDINGS_EVERY_S,
-    FINDINGS_SHARE,
-    current_findings,
-    finding_text,
-    findings_body,
-    live_findings,
-)
+from ctmon.tui.panels.findings import current_findings, finding_text, findings_body, live_findings
 from ctmon.tui.panels.gpu import GpuPanel
 from ctmon.tui.panels.header import STATE_STYLE, HeaderBar, device_summary, state_text
 from ctmon.tui.panels.keybar import KeyBar
@@ -31,8 +24,6 @@ from ctmon.tui.panels.steps import STATS_WINDOW, StepsPanel
 
 __all__ = [
     "ALERTS_KEPT",
-    "FINDINGS_EVERY_S",
-    "FINDINGS_SHARE",
     "STATE_STYLE",
     "STATS_WINDOW",
     "AlertsPanel",

@@ -18,6 +18,7 @@ from ctmon.store.compiles import CompileState
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext, put_title, rank_label
 from ctmon.tui.panels.base import Panel
+from ctmon.words.labels import CACHE_NAMES
 
 
 @dataclass
@@ -123,9 +124,9 @@ class CompilePanel(Panel):
         if tot.failures:
             _count(totals, tot.failures, "failed", "red", plural=False)
         # forward and backward together, as the report and the summary say it
-        totals.append(f"{fmt.secs(tot.time_s + tot.bwd_time_s)} compiling")
+        totals.append(f"{fmt.seconds(tot.time_s + tot.bwd_time_s)} compiling")
         if tot.bwd_compiles:
-            totals.append(f" ({fmt.secs(tot.bwd_time_s)} backward)", style="dim")
+            totals.append(f" ({fmt.seconds(tot.bwd_time_s)} backward)", style="dim")
         active = None
         if c.active:
             cid, start = next(reversed(c.active.items()))
@@ -134,11 +135,11 @@ class CompilePanel(Panel):
             since = ""
             now = ctx.now()
             if ctx.job_running and now and start.t:
-                since = f" for {fmt.secs(max(0.0, now - start.t))}"
+                since = f" for {fmt.seconds(max(0.0, now - start.t))}"
             active = Text.assemble(("compiling ", "bold yellow"), f"{cid} {name} at {where}{since}")
         cache = Text("cache ", style="bold")
         parts = []
-        for key, label in (("fx_graph", "FX graph"), ("aot_autograd", "AOTAutograd")):
+        for key, label in CACHE_NAMES.items():
             hit, miss, byp = tot.cache.get(key) or (0, 0, 0)
             t = Text(f"{label} ")
             t.append(f"{hit} hit", style="green" if hit else "")
@@ -152,7 +153,7 @@ class CompilePanel(Panel):
         parts.append(at)
         cache.append_text(Text(" · ", style="dim").join(parts))
         if tot.time_saved_s and cache.cell_len + 18 <= w:
-            cache.append(f" · saved {fmt.secs(tot.time_saved_s)}", style="dim")
+            cache.append(f" · saved {fmt.seconds(tot.time_saved_s)}", style="dim")
         if all_ranks(ctx):
             facts_t: Text | None = _by_rank(ctx.session)
         else:

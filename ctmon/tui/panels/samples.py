@@ -32,7 +32,7 @@ def gpu_error(ctx: ViewContext) -> str | None:
     return None
 
 
-TRACE_MODE = "torch_trace"  # the session header of a PyTorch trace read as a recording (ctmon/report/torch_trace.py)
+TRACE_MODE = "torch_trace"  # the session header of a PyTorch trace read as a recording (ctmon/read/torch_trace.py)
 
 
 def absent_samples(s: Session) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import Fix, config_fix
+from ctmon.findings.model import Fix, config_fix
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import ConfigValue

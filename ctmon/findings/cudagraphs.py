@@ -29,10 +29,10 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ctmon.findings.model import RANK_SPIKES, Finding, Fix, config_fix
+from ctmon.findings.pytorch_hints import INDUCTOR_CONFIG
 from ctmon.store.cudagraphs import RECORD, GraphRecordings, GraphRun
-from ctmon.store.findings.model import RANK_SPIKES, Finding, Fix, config_fix
-from ctmon.store.findings.pytorch_hints import INDUCTOR_CONFIG
-from ctmon.words import cut
+from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame

@@ -11,13 +11,13 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks as B
-from ctmon.store.findings import causes as C
-from ctmon.store.findings import guard_advice as A
-from ctmon.store.findings import guards as G
-from ctmon.store.findings import levers as L
-from ctmon.store.findings import recompiles as R
-from ctmon.store.findings.model import CONFIG, RANK_RECOMPILES, Finding, Fix, code_fix
+from ctmon.findings import breaks as B
+from ctmon.findings import causes as C
+from ctmon.findings import guard_advice as A
+from ctmon.findings import guards as G
+from ctmon.findings import levers as L
+from ctmon.findings import recompiles as R
+from ctmon.findings.model import CONFIG, RANK_RECOMPILES, Finding, Fix, code_fix
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame

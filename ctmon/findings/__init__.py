@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import (
+from ctmon.findings import (
     breaks,
     caches,
     cascades,
@@ -39,8 +39,8 @@ from ctmon.store.findings import (
     recompiles,
     silent,
 )
-from ctmon.store.findings.guard_advice import name_users_tensor
-from ctmon.store.findings.model import SEVERITIES, Finding, order
+from ctmon.findings.guard_advice import name_users_tensor
+from ctmon.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events import StackFrame
 
 if TYPE_CHECKING:

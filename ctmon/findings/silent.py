@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.library_breaks import by_design, package_of
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix
-from ctmon.words import cut
+from ctmon.findings.library_breaks import by_design, package_of
+from ctmon.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix
+from ctmon.words.phrases import cut
+from ctmon.words.signal_notes import PASSED_ON
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
@@ -44,12 +45,6 @@ _SIGNALS = {
 # The note the supervisor records each time it signals the job (ctmon/launch/job.py:
 # Job.signal_job), and the reason it gives for a signal it only passed on.
 _SENT = re.compile(r"^sent (?P<signal>SIG[A-Z0-9+]+) to the job \((?P<reason>.+)\)$")
-PASSED_ON = "passed on: ctmon received it"
-
-
-def sent_signal_message(signal: str, reason: str) -> str:
-    """``sent SIGKILL to the job (Ctrl-C twice)``: read back by ``signal_sent_by_ctmon``."""
-    return f"sent {signal} to the job ({reason})"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_COST, Finding, code_fix
+from ctmon.findings.model import RANK_COST, Finding, code_fix
 from ctmon.wire import events as E
 
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ from ctmon.wire import protocol
 from ctmon.wire.decode import from_dict
 from ctmon.wire.errors import RecordingError
 from ctmon.wire.events import Event
-from ctmon.words import plural
+from ctmon.words.phrases import plural
 
 # "V1125 14:59:22.546000 14840 torch/_dynamo/utils.py:2350] {...}"
 # Numbers are bounded where they are matched: a pid or rank of thousands of
@@ -120,7 +120,7 @@ def _not_a_trace(path: str, recordings: list[str]) -> str:
     """What a directory without PyTorch's trace logs is, and what to name instead."""
     if not recordings:
         return f"{path} is a directory, not a recording (nor PyTorch's trace: no TORCH_TRACE *.log files in it)"
-    from ctmon.report.bench import MODES
+    from ctmon.words.modes import MODES
 
     what = "a directory of ctmon recordings"
     if any(n.split(".", 1)[0] in (*MODES, "try") for n in recordings):  # "try": bench --try's run

@@ -16,11 +16,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ctmon.report.load import load
-from ctmon.report.torch_trace import is_torch_trace, load_trace
+from ctmon.read.load import load
+from ctmon.read.recording import ReadStats
+from ctmon.read.torch_trace import is_torch_trace, load_trace
 from ctmon.store import Session
 from ctmon.wire.errors import RecordingError
-from ctmon.wire.recording import ReadStats
 
 
 def _job_of(s: Session) -> set[str]:

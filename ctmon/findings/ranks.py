@@ -19,11 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ctmon.store.findings import causes as C
-from ctmon.store.findings.model import RANK_LIMIT, Finding
-from ctmon.store.findings.silent import signal_sent_by_ctmon
+from ctmon.findings import causes as C
+from ctmon.findings.model import RANK_LIMIT, Finding
+from ctmon.findings.silent import signal_sent_by_ctmon
 from ctmon.store.launcher_failures import collective_timeouts, rank_failures
-from ctmon.words import cut
+from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame

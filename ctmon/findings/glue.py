@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_BREAKS, Finding
+from ctmon.findings.model import RANK_BREAKS, Finding
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session

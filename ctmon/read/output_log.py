@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from ctmon.read.recording import read_recording
 from ctmon.wire.events import OUTPUT_LOG, Output
-from ctmon.wire.recording import read_recording
 
 
 class OutputLogs:

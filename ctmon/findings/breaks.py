@@ -23,10 +23,10 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.guards import strip_comment
-from ctmon.store.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
-from ctmon.store.findings.model import RANK_BREAKS, Finding, Fix, code_fix
-from ctmon.store.findings.pytorch_hints import (
+from ctmon.findings.guards import strip_comment
+from ctmon.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
+from ctmon.findings.model import RANK_BREAKS, Finding, Fix, code_fix
+from ctmon.findings.pytorch_hints import (
     CAPTURE_DYNAMIC_SHAPES,
     CAPTURE_SCALARS,
     TRACE_AUTOGRAD,
@@ -37,7 +37,7 @@ from ctmon.store.findings.pytorch_hints import (
     setting_fixes,
     suggest,
 )
-from ctmon.store.findings.silent import covered_by_empty_graphs
+from ctmon.findings.silent import covered_by_empty_graphs
 from ctmon.wire import events as E
 
 if TYPE_CHECKING:

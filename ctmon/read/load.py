@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 import os
 
+from ctmon.read.recording import READ_CHUNK, ReadStats, StreamDecoder, conclude, open_recording, unreadable_note
 from ctmon.store import Session
 from ctmon.wire.errors import RecordingError
-from ctmon.wire.recording import READ_CHUNK, ReadStats, StreamDecoder, conclude, open_recording, unreadable_note
 
 
 def load(path: str, unwritten: bytes = b"") -> tuple[Session, ReadStats]:
@@ -45,7 +45,7 @@ def written_live(path: str) -> bool:
     """A running ctmon still writes the recording (it holds its lock): a
     recording without an exit is then of a job still running; else it was
     cut short (ctmon stopped or killed, the file copied mid-run)."""
-    from ctmon.launch.files import path_locked
+    from ctmon.read.liveness import path_locked
 
     return path_locked(os.path.realpath(path))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
+from ctmon.read.recording import READ_CHUNK, Decoded, StreamDecoder
 from ctmon.store import Session
-from ctmon.wire.recording import READ_CHUNK, Decoded, StreamDecoder
 
 
 class Follower:

@@ -9,11 +9,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import guards as G
-from ctmon.store.findings import levers as L
-from ctmon.store.findings.causes import Group
-from ctmon.store.findings.model import Fix, code_fix, compile_arg_fix
-from ctmon.store.findings.pytorch_hints import CAPTURE_SCALARS, Setting, already_set, is_on, setting_fixes, suggest
+from ctmon.findings import guards as G
+from ctmon.findings import levers as L
+from ctmon.findings.causes import Group
+from ctmon.findings.model import Fix, code_fix, compile_arg_fix
+from ctmon.findings.pytorch_hints import CAPTURE_SCALARS, Setting, already_set, is_on, setting_fixes, suggest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

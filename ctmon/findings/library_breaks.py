@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ctmon.words.locations import in_package
+
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite
     from ctmon.wire import events as E
@@ -91,12 +93,10 @@ def package_of(path: str | None) -> str | None:
     """The installed package a library file belongs to ('transformers'), 'the standard library', or None."""
     if not path:
         return None
-    p = path.replace(os.sep, "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        i = p.find(marker)
-        if i >= 0:
-            return p[i + len(marker) :].split("/", 1)[0].removesuffix(".py")
-    if "/lib/python3" in p:
+    packaged = in_package(path)
+    if packaged is not None:
+        return packaged.split("/", 1)[0].removesuffix(".py")
+    if "/lib/python3" in path.replace(os.sep, "/"):
         return "the standard library"
     return None
 

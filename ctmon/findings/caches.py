@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_CACHE, Finding, Fix, config_fix
-from ctmon.store.findings.pytorch_hints import FUNCTORCH_CONFIG, INDUCTOR_CONFIG
-from ctmon.words import cut
+from ctmon.findings.model import RANK_CACHE, Finding, Fix, config_fix
+from ctmon.findings.pytorch_hints import FUNCTORCH_CONFIG, INDUCTOR_CONFIG
+from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session

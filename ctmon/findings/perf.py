@@ -7,13 +7,13 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from ctmon.store.findings import cudagraphs as CG
-from ctmon.store.findings import guards as G
-from ctmon.store.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
-from ctmon.store.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
-from ctmon.store.findings.silent import all_empty
+from ctmon.findings import cudagraphs as CG
+from ctmon.findings import guards as G
+from ctmon.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
+from ctmon.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
+from ctmon.findings.silent import all_empty
 from ctmon.store.records import TRACE_MODE
-from ctmon.words import cut
+from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord

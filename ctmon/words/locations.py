@@ -11,6 +11,33 @@ import os
 from functools import lru_cache
 from typing import Any
 
+# Where installed packages live: pip's site-packages, Debian's dist-packages.
+PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
+# Not the user's code, read from a path alone (a viewer has no interpreter of
+# the job's to ask): installed packages, the standard library, frozen or
+# generated code (``<frozen …>``, ``<string>``), and ctmon's own hooks. The
+# agent, inside the job, asks its interpreter instead (ctmon/agent/paths.py).
+_NOT_USERS = (*PACKAGE_DIRS, "/lib/python3", "/ctmon/agent/")
+
+
+def is_library_path(path: str | None) -> bool:
+    """Whether a recorded path is not the user's own code (see _NOT_USERS)."""
+    if not path:
+        return True
+    p = path.replace(os.sep, "/")
+    return p.startswith("<") or any(m in p for m in _NOT_USERS)
+
+
+def in_package(path: str) -> str | None:
+    """The part of ``path`` from an installed package's directory on
+    (``transformers/models/gpt2/modeling_gpt2.py``), or None."""
+    p = path.replace(os.sep, "/")
+    for marker in PACKAGE_DIRS:
+        i = p.find(marker)
+        if i >= 0:
+            return p[i + len(marker) :]
+    return None
+
 
 def short_path(path: str | None, cwd: str | None = None, narrow: bool = False) -> str:
     """A path as a user wants to read it: relative to the job's directory when
@@ -23,10 +50,9 @@ def short_path(path: str | None, cwd: str | None = None, narrow: bool = False) -
         base = cwd.rstrip("/") + "/"
         if path.startswith(base):
             return path[len(base) :]
-    marker = "/site-packages/"
-    i = path.find(marker)
-    if i >= 0:
-        return path[i + len(marker) :]
+    packaged = in_package(path)
+    if packaged is not None:
+        return packaged
     home = os.path.expanduser("~")
     if home and home != "/" and path.startswith(home + "/"):
         return "~" + path[len(home) :]

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings import breaks as B
-from ctmon.store.findings import causes as C
-from ctmon.store.findings import guards as G
-from ctmon.store.findings import levers as L
-from ctmon.store.findings.guard_advice import (
+from ctmon.findings import breaks as B
+from ctmon.findings import causes as C
+from ctmon.findings import guards as G
+from ctmon.findings import levers as L
+from ctmon.findings.guard_advice import (
     bound_name,
     fix_for,
     fixes_for,
@@ -25,12 +25,12 @@ from ctmon.store.findings.guard_advice import (
     values_seen,
     what_changed,
 )
-from ctmon.store.findings.guard_advice import tensor_names as _tensor
-from ctmon.store.findings.guard_advice import values_taken as _values
-from ctmon.store.findings.guards import strip_comment
-from ctmon.store.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix, config_fix
-from ctmon.store.findings.pytorch_hints import DYNAMO_CONFIG
-from ctmon.words import cut
+from ctmon.findings.guard_advice import tensor_names as _tensor
+from ctmon.findings.guard_advice import values_taken as _values
+from ctmon.findings.guards import strip_comment
+from ctmon.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix, config_fix
+from ctmon.findings.pytorch_hints import DYNAMO_CONFIG
+from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite, CompileRecord, Frame

@@ -11,8 +11,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from ctmon.store.findings.model import RANK_RECOMPILES, Finding
-from ctmon.store.findings.recompiles import first_line
+from ctmon.findings.model import RANK_RECOMPILES, Finding
+from ctmon.findings.recompiles import first_line
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame

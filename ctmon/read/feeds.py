@@ -25,10 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ctmon.wire import protocol
-from ctmon.wire.decode import Decoder, Fix, typed
-from ctmon.wire.events import Event, Exit, Refusal, SessionStart, Unknown
-from ctmon.wire.recording import (
+from ctmon.read.recording import (
     ReadStats,
     RecordingError,
     StreamDecoder,
@@ -36,6 +33,9 @@ from ctmon.wire.recording import (
     read_recording,
     unreadable_note,
 )
+from ctmon.wire import protocol
+from ctmon.wire.decode import Decoder, Fix, typed
+from ctmon.wire.events import Event, Exit, Refusal, SessionStart, Unknown
 
 Batch = list[Event | Unknown]
 
@@ -96,7 +96,7 @@ class NodesFeed(Feed):
     recorded its own ranks), read as one: the first in full -- its launcher,
     samples and output are the view's own -- and every rank's events from the
     others, interleaved by time. Whether they are one job is checked before
-    (ctmon/report/merge.py)."""
+    (ctmon/read/merge.py)."""
 
     def __init__(self, paths: list[str]) -> None:
         self.paths = paths

@@ -31,7 +31,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-from ctmon.store.findings import guards as G
+from ctmon.findings import guards as G
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame
@@ -222,7 +222,10 @@ def _cascades_of(s: Session) -> list[Cascade]:
     for i, (_, pairs) in enumerate(groups):
         for c, g in pairs:
             if c.compile_id in mom:
-                buckets[(g.kind, mom[c.compile_id])].append(i)
+                # one global state (autocast, deterministic algorithms) is named alike in every frame, and
+                # two of them changing at one moment are two causes
+                same_cause = f"{g.kind}:{g.name}" if g.kind in (G.GLOBAL_STATE, G.GRAD_MODE) else g.kind
+                buckets[(same_cause, mom[c.compile_id])].append(i)
     for same in buckets.values():
         for i in same[1:]:
             parent[root(i)] = root(same[0])
