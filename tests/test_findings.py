@@ -349,9 +349,7 @@ def test_gate_on_breaks_and_recompiles(breaks):
 def caches(tmp_path_factory):
     base = tmp_path_factory.mktemp("caches")
     path = wl("cache_runs.py")
-    warm_dir, bypass_dir, fixed_dir, off_dir = (
-        str(base / d) for d in ("warm-dir", "bypass-dir", "fixed-dir", "off-dir")
-    )
+    warm_dir, bypass_dir, fixed_dir = (str(base / d) for d in ("warm-dir", "bypass-dir", "fixed-dir"))
 
     def env(d: str, **kw: str) -> dict[str, str]:
         return {"TORCHINDUCTOR_CACHE_DIR": d, **kw}
@@ -362,12 +360,14 @@ def caches(tmp_path_factory):
             "warm": {"target": [path], "env": env(warm_dir)},
             "bypass": {"target": [path, "--allow-in-graph"], "env": env(bypass_dir)},
             "bypass-fixed": {"target": [path, "--allow-in-graph", "--fix"], "env": env(fixed_dir)},
-            "disabled": {"target": [path], "env": env(off_dir, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")},
         },
     )
+    # the second start in the warm directory: with the caches disabled it
+    # compiles from scratch; with the variable unset (same-config) it hits
     again = record_all(
         base,
         {
+            "disabled": {"target": [path], "env": env(warm_dir, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")},
             "changed-config": {"target": [path, "--tuned"], "env": env(warm_dir)},
             "same-config": {"target": [path], "env": env(warm_dir)},
         },
@@ -424,6 +424,38 @@ def test_disabled_caches(caches):
     assert "Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES" in f["fix"]
 
 
+def test_unsetting_the_disable_variable_gets_the_hits(caches):
+    """cache:disabled's fix applied: the same second start in the same warm
+    directory, the variable unset, hits where the disabled one compiled all."""
+    off, on = caches["disabled"], caches["same-config"]
+    assert off.rep["cache"]["cache_dir"] == on.rep["cache"]["cache_dir"]
+    assert off.rep["cache"]["entries_at_start"]["fx_graph"] >= 2  # the entries were there to hit
+    assert off.rep["cache"]["fx_graph"]["hit"] == 0 and off.by_id()["cache:disabled"]["fixes"] == []
+    assert on.rep["cache"]["fx_graph"]["hit"] >= 2 and on.rep["cache"]["aot_autograd"]["hit"] == 1
+    assert "cache:disabled" not in on.by_id() and on.loud() == []
+
+
+def test_removing_allow_in_graph_as_the_bypass_fix_says_caches_the_graph(caches):
+    """cache:bypass's fix (the allow_in_graph form) applied: the same job
+    with the helper traced has no bypass and no caches finding, and nothing
+    else is claimed as a fix."""
+    f = caches["bypass"].one("caches")
+    assert "Let Dynamo trace `project` (remove allow_in_graph)" in f["fix"] and f["fixes"] == []
+    assert "custom_op" not in f["fix"]
+    fixed = caches["bypass-fixed"]
+    assert fixed.rep["cache"]["aot_autograd"] == {"hit": 0, "miss": 1, "bypass": 0}
+    assert not fixed.rule("caches")
+
+
+def test_a_persistent_cache_dir_as_cold_tmp_says_hits_on_the_next_start(caches):
+    """cache:cold-tmp's fix applied: TORCHINDUCTOR_CACHE_DIR set to a directory
+    that persists; the cold first start there is no finding, and the next
+    start hits (the finding itself on a /tmp default: test_advice_proven_caches)."""
+    first, second = caches["warm"], caches["same-config"]
+    assert first.rep["cache"]["fx_graph"]["hit"] == 0 and not first.rule("caches")
+    assert second.rep["cache"]["fx_graph"]["hit"] >= 2 and second.rep["cache"]["fx_graph"]["miss"] == 0
+
+
 # ------------------------------------- 7 + 8: compile cost, late compiles, spikes
 
 
@@ -470,6 +502,26 @@ def test_warming_up_removes_late_compiles_and_spikes(late):
     assert not r.rule("late-compiles")
     assert all(f["severity"] == "info" for f in r.rule("step-spikes"))
     assert r.loud() == []
+
+
+def test_late_compiles_advice_is_the_warm_up_it_applies_and_points_at_the_cause(late):
+    """late-compiles' fix: warming up (applied by --fix, above: the finding
+    gone) or the recompile finding's own change, which that finding names."""
+    broken = late["broken"]
+    f = broken.one("late-compiles")
+    assert f["fix"].startswith("Warm up every input shape") and f["fixes"] == []
+    assert "the recompile findings for these compiles" in f["fix"]
+    assert "bucket" not in f["fix"] and "mark_dynamic" not in f["fix"]  # the shape finding's own, proven there
+    assert broken.rule("shape-recompiles")
+
+
+def test_warming_up_as_spikes_compile_says_leaves_only_warm_up_steps(late):
+    """spikes:compile's fix (warm every input shape up before the loop)
+    applied: no step after warm-up pays for a compile."""
+    assert late["broken"].one("step-spikes", id="spikes:compile")["severity"] == "warning"
+    fixed = [f for f in late["fixed"].rule("step-spikes") if f["id"] == "spikes:compile"]
+    assert all(f["severity"] == "info" and "warm-up" in f["detail"] for f in fixed)
+    assert late["fixed"].rep["steps"]["compile_steps"] < late["broken"].rep["steps"]["compile_steps"]
 
 
 def test_cudagraph_skips_in_a_recording(late, tmp_path):

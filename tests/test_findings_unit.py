@@ -671,7 +671,7 @@ OTHER_CASES = [
         G.DEVICE,
         "x",
         "info",
-        ["x.to(device)"],
+        ["another device", "torch.compiler_troubleshooting.html"],
     ),
     (
         [
@@ -743,7 +743,7 @@ OTHER_CASES = [
         G.IDENTITY,
         "f",
         "warning",
-        ["outside the loop"],
+        ["pass one function and give it what differs as an argument"],
     ),
     (
         ["3/0: expected type of 'x' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>"],
@@ -757,7 +757,7 @@ OTHER_CASES = [
         G.INVALIDATED,
         "___stack0",
         "info",
-        ["keep them alive"],
+        ["was freed", "torch.compiler_troubleshooting.html"],
     ),
 ]
 
@@ -1062,7 +1062,7 @@ def test_bypass_reason_is_surfaced_with_a_stable_id():
         ids.add(f.id)
         assert f.severity == "warning"
         assert f.title == "AOTAutograd cache bypassed 1×: Unsupported call_function target <function project>"
-        assert "`project` (from __main__)" in f.fix and "allow_in_graph" in f.fix and "custom_op" in f.fix
+        assert "`project` (from __main__)" in f.fix and "remove allow_in_graph" in f.fix
         assert "0x" not in f.title + f.id + " ".join(f.evidence)
     assert ids == {"cache:bypass:aot_autograd:Unsupported call_function target <function project>"}
 
@@ -1129,7 +1129,7 @@ def test_late_compile_and_its_spike():
     )
     assert (late.file, late.line) == (F, 28)
     assert "0/1 Sequential near step 46, 0.29 s: 0/0: tensor 'args[0]' size mismatch" in late.evidence[0]
-    assert "Warm up every input shape" in late.fix and "drop_last=True" in late.fix
+    assert "Warm up every input shape" in late.fix and "the recompile findings for these compiles" in late.fix
     spike = fs["spikes:compile"]
     assert spike.severity == "warning" and spike.line == 28
     assert spike.evidence[0].startswith("step 46: 29") and "(compile: 0/1 Sequential 0.29 s)" in spike.evidence[0]
@@ -1671,8 +1671,9 @@ def test_a_kv_cache_length_recompile_gets_the_librarys_fix_not_one_the_user_cann
     r = Run().steps(1).compile(0, "wrapper")
     r.compile(0, "wrapper", reason=f"0/0: tensor '{name}' size mismatch at index 2. expected 95, actual 111")
     f = by_id(r.steps(2).findings())[f"shape-recompiles:0:{name}:2"]
-    assert "StaticCache(config=model.config, max_cache_len=N)" in f.fix and "pad_to_multiple_of" in f.fix
-    assert "mark_dynamic" not in f.fix
+    # what is known, not a fix no CPU test can apply: the cache's length, and the pages that say how it is sized
+    assert "Dim 2 of the key/value cache is its length" in f.fix and "huggingface.co/docs/transformers" in f.fix
+    assert "mark_dynamic" not in f.fix and "StaticCache(" not in f.fix and not f.fixes
 
 
 def test_a_tensor_inside_an_object_is_not_given_mark_dynamic():

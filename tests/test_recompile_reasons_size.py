@@ -264,7 +264,7 @@ def test_a_writer_that_sends_too_many_reasons_or_counts_is_held_to_the_bound():
 
 
 def test_the_frame_detail_lists_the_kinds_and_says_how_many_versions_failed():
-    from ctmon.store.compiles import CompileState
+    from ctmon.store.compile_state import CompileState
     from ctmon.tui.context import ViewContext
     from ctmon.tui.details import frame_detail
 

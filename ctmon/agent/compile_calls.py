@@ -20,7 +20,7 @@ from ctmon.agent.paths import is_own_file, is_user_file
 from ctmon.wire import protocol
 
 
-def compile_call_event(torch: Any, model: Any, kwargs: dict[str, Any]) -> protocol.Event:
+def compile_call_event(torch: Any, model: Any, kwargs: dict[str, object]) -> protocol.Event:
     target, where = _target(model)
     ev: protocol.Event = {"kind": protocol.COMPILE_CALL, "t": time.time(), "target": target, "target_module": where}
     # torch.compile(DDP(model)) or DDP(model).compile() (its bound _call_impl):
@@ -51,11 +51,13 @@ def compile_call_event(torch: Any, model: Any, kwargs: dict[str, Any]) -> protoc
     config = getattr(getattr(torch, "_dynamo", None), "config", None)
     disabled = getattr(config, "disable", None)
     if isinstance(disabled, bool):
-        ev["dynamo_disabled"] = disabled
+        # torch.compile returns the function unchanged for either switch: the config's (TORCH_COMPILE_DISABLE=1
+        # sets it) or TORCHDYNAMO_DISABLE=1, which torch reads from the environment at each call instead
+        ev["dynamo_disabled"] = disabled or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     return ev
 
 
-def _target(model: Any) -> tuple[str, str | None]:
+def _target(model: object) -> tuple[str, str | None]:
     """``GPT2LMHeadModel`` for a module, ``Model.forward`` for a bound
     method, ``train_step`` for a function; and the module defining it."""
     owner = getattr(model, "__self__", None)
@@ -77,7 +79,7 @@ _WRAPPERS = {
 }
 
 
-def _wrapped(model: Any) -> tuple[str, str | None] | None:
+def _wrapped(model: object) -> tuple[str, str | None] | None:
     """``('Sequential', 'torch.nn.modules.container')`` for ``DDP(Sequential(...))``:
     the class (and its module) of the module a PyTorch wrapper runs, through
     nested wrappers (``DDP(torch.compile(m))``); None for anything else."""
@@ -97,11 +99,11 @@ def _wrapped(model: Any) -> tuple[str, str | None] | None:
     return protocol.clip(type(inner).__name__, 200) or "?", protocol.clip(type(inner).__module__, 200)
 
 
-def _name(backend: Any) -> str:
+def _name(backend: object) -> str:
     return str(getattr(backend, "__name__", None) or type(backend).__name__)
 
 
-def _caller() -> tuple[str | None, int | None, dict[str, Any] | None, list[str]]:
+def _caller() -> tuple[str | None, int | None, dict[str, object] | None, list[str]]:
     """The first frame outside ctmon, torch and the standard library: the
     line that called torch.compile (a decorator's line for ``@torch.compile``);
     when that is a library's, also the user's own line that led there, and
@@ -148,7 +150,7 @@ def _library_frame(f: FrameType) -> str | None:
     return f"{package}:{qualname}"[:200]
 
 
-def _entry(model: Any) -> dict[str, Any]:
+def _entry(model: object) -> dict[str, object]:
     """The code a call of the compiled object runs first, and its parameter
     names as a caller passes them (``self`` left out): with the user's
     calling line, the guard on ``idx`` in ``forward(self, idx, targets)``
@@ -189,7 +191,7 @@ MAX_PARAMS = 32
 _MODULE_CALLS = ("_call_impl", "_wrapped_call_impl")
 
 
-def _innermost(model: Any) -> Any:
+def _innermost(model: object) -> Any:
     """The module a (possibly wrapped) module runs: ``m`` of ``DDP(compiled(m))``;
     None for what is not a module. Submodules are read from ``_modules``, so
     no wrapper's ``__getattr__`` runs."""
@@ -208,7 +210,7 @@ def _innermost(model: Any) -> Any:
     return model
 
 
-def _library_bases(model: Any) -> list[str]:
+def _library_bases(model: object) -> list[str]:
     """The library classes a compiled module (or a method's owner) derives
     from, nearest first (``lightning.pytorch.core.module.LightningModule``):
     a LightningModule's steps are called by Lightning's loop, not the user."""
@@ -230,7 +232,7 @@ def _library_bases(model: Any) -> list[str]:
 MAX_BASES = 8
 
 
-def with_calling_line(attribute: Callable[[], dict[str, Any] | None]) -> Callable[[], dict[str, Any] | None]:
+def with_calling_line(attribute: Callable[[], dict[str, object] | None]) -> Callable[[], dict[str, object] | None]:
     """``attribute`` (what a compile start is attributed to), plus the
     user's line that called the compiled code, as ``caller``. PyTorch's own
     stack of a compile start leaves that line out when a function (not a
@@ -238,7 +240,7 @@ def with_calling_line(attribute: Callable[[], dict[str, Any] | None]) -> Callabl
     compile starts, still holds it: ``step(batch, i)`` calling
     ``training_step(self, batch, batch_idx)``."""
 
-    def attributed() -> dict[str, Any] | None:
+    def attributed() -> dict[str, object] | None:
         info = attribute()
         line = calling_line()
         if line is None:
@@ -251,7 +253,7 @@ def with_calling_line(attribute: Callable[[], dict[str, Any] | None]) -> Callabl
 MAX_STACK = 200
 
 
-def calling_line() -> dict[str, Any] | None:
+def calling_line() -> dict[str, object] | None:
     """The innermost frame of the user's own code on the live stack, with
     its text: where a compile starts, the line that called the compiled code
     (the compiled frame itself is not on the stack yet)."""
@@ -262,7 +264,7 @@ def calling_line() -> dict[str, Any] | None:
         depth += 1
     if f is None or depth >= MAX_STACK:
         return None
-    out: dict[str, Any] = {"file": f.f_code.co_filename, "line": f.f_lineno, "name": f.f_code.co_name}
+    out: dict[str, object] = {"file": f.f_code.co_filename, "line": f.f_lineno, "name": f.f_code.co_name}
     code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
     if code:
         out["code"] = protocol.clip(code, 300)

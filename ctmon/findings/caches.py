@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ctmon.findings.model import RANK_CACHE, Finding, Fix, config_fix
-from ctmon.findings.pytorch_hints import FUNCTORCH_CONFIG, INDUCTOR_CONFIG
+from ctmon.findings.model import RANK_CACHE, Finding
+from ctmon.findings.pages import CACHING_PAGE
 from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
@@ -52,6 +52,12 @@ def _location(s: Session, misses_only: bool = False) -> tuple[str | None, int | 
     return None, None
 
 
+def _known(fact: str) -> str:
+    """What is known about a bypass no workload here has been fixed for: the
+    fact, no change claimed, and PyTorch's page on the caches."""
+    return f"{fact} ctmon knows no change proven to make it cacheable; PyTorch's page on the compile caches: {CACHING_PAGE}"
+
+
 def _bypass_fix(reason: str) -> str:
     low = reason.lower()
     target = _TARGET.search(reason)
@@ -63,47 +69,30 @@ def _bypass_fix(reason: str) -> str:
         return (
             f"The graph calls `{what}`{where} as an opaque function — typically one marked with "
             "torch.compiler.allow_in_graph or torch.fx.wrap — and AOTAutograd cannot key such a call, so this "
-            f"graph is recompiled on every start. Let Dynamo trace `{what}` (remove allow_in_graph), or make it a "
-            "custom operator (torch.library.custom_op), which the cache handles."
+            f"graph is recompiled on every start. Let Dynamo trace `{what}` (remove allow_in_graph): the graph "
+            "is then cached."
         )
     if "higherorderoperator" in low or "higher order" in low:
-        return (
+        return _known(
             "The graph contains a higher-order op the cache cannot key (e.g. a custom autograd.Function or "
-            "flex_attention with a closure); keep such code outside the compiled region or accept recompiling it."
+            "flex_attention with a closure): PyTorch compiles it again on every start."
         )
     if "unpicklable" in low or "pickle" in low:
-        return (
+        return _known(
             "Something the graph captures cannot be pickled into a cache key (often a closure, lambda or custom "
-            "object baked in as a constant): pass it as a tensor argument or make it a module attribute of a "
-            "picklable type."
+            "object baked in as a constant)."
         )
     if "freezing" in low:
-        return (
-            "torch._inductor.config.freezing disables the AOTAutograd cache; turn freezing off to cache these graphs."
-        )
+        return _known("PyTorch does not cache the AOTAutograd graphs of a compile with freezing enabled.")
     if "not enabled" in low or "disabled" in low:
         return (
-            "Enable the caches: unset TORCHINDUCTOR_FORCE_DISABLE_CACHES and keep "
-            "torch._inductor.config.fx_graph_cache / torch._functorch.config.enable_autograd_cache on (default)."
+            "The cache was turned off for this compile. Enable the caches: unset TORCHINDUCTOR_FORCE_DISABLE_CACHES "
+            "(the next start then hits them); torch._inductor.config.fx_graph_cache and "
+            "torch._functorch.config.enable_autograd_cache turn each cache off too (both on by default)."
         )
     if "torchbind" in low or "scriptobject" in low:
-        return "Graphs holding TorchScript/torchbind objects are not cached; keep those outside the compiled region."
-    return "PyTorch could not cache this graph for the reason above; keep the offending construct out of the compiled region."
-
-
-def _bypass_fixes(why: str) -> list[Fix]:
-    """_bypass_fix's settings as data: the two reasons a setting is the fix."""
-    low = why.lower()
-    if _TARGET.search(why) or "higherorderoperator" in low or "higher order" in low or "pickle" in low:
-        return []  # _bypass_fix's earlier reasons: a change to the code, in words
-    if "freezing" in low:
-        return [config_fix(INDUCTOR_CONFIG, "freezing", False)]
-    if "not enabled" in low or "disabled" in low:
-        return [
-            config_fix(INDUCTOR_CONFIG, "fx_graph_cache", True),
-            config_fix(FUNCTORCH_CONFIG, "enable_autograd_cache", True),
-        ]
-    return []
+        return _known("Graphs holding TorchScript/torchbind objects are not cached.")
+    return _known("PyTorch could not cache this graph for the reason above.")
 
 
 def rule_caches(s: Session) -> list[Finding]:
@@ -146,9 +135,12 @@ def rule_caches(s: Session) -> list[Finding]:
                     "is only reused when the new sizes satisfy its guards."
                 ),
                 evidence=[f"{label}: {n} guard miss(es) (PyTorch: cache_status_detailed = guard_miss)"],
+                # what is known: no workload here has turned guard misses into hits
                 fix=(
-                    "Warm the cache with the sizes the job really uses (or mark the dims dynamic with ranges that cover "
-                    "them: torch._dynamo.mark_dynamic(t, dim, min=..., max=...)), and keep sizes stable between runs."
+                    "What is known: a cached graph is reused only for sizes its guards accept (a static graph: its "
+                    "own sizes; a dynamic one, as torch._dynamo.mark_dynamic makes it: the range and "
+                    "specialisations it was compiled for), and this run's compiles are stored for this run's sizes. "
+                    f"PyTorch's page on the compile caches: {CACHING_PAGE}"
                 ),
                 rank=RANK_CACHE + 26,
             )
@@ -216,7 +208,6 @@ def rule_caches(s: Session) -> list[Finding]:
                     :5
                 ],
                 fix=_bypass_fix(whys[0]),
-                fixes=_bypass_fixes(whys[0]),
                 rank=RANK_CACHE + 20 + n,
             )
         )
@@ -239,7 +230,12 @@ def rule_caches(s: Session) -> list[Finding]:
                     "the next start of this job can reuse this run's compiles only if the directory survives."
                 ),
                 evidence=[f"FX graph: {fx.miss} miss; AOTAutograd: {aot.miss if aot else 0} miss"],
-                fix=f"Set TORCHINDUCTOR_CACHE_DIR to a persistent directory (e.g. on the shared filesystem), or use {PORTABLE}.",
+                fix=(
+                    "Set TORCHINDUCTOR_CACHE_DIR to a directory that persists: the next start with the same code "
+                    "and config then hits the cache. To carry compiles to a fresh machine or container, PyTorch "
+                    "describes torch.compiler.save_cache_artifacts() / load_cache_artifacts() on its page on the "
+                    f"compile caches: {CACHING_PAGE}"
+                ),
                 rank=RANK_CACHE - 100,
             )
         )

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from ctmon.findings.model import RANK_RECOMPILES, Finding
+from ctmon.findings.pages import TROUBLESHOOTING_PAGE
 from ctmon.findings.recompiles import first_line
 
 if TYPE_CHECKING:
@@ -58,8 +59,7 @@ def rule_compile_failures(s: Session) -> list[Finding]:
                     if inner
                     else "Read the reason above; run once with torch._dynamo.config.suppress_errors = False to see "
                     "the full error, and fix or isolate the failing code (torch.compiler.disable on the offending "
-                    "function). PyTorch's troubleshooting guide: "
-                    "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
+                    f"function). PyTorch's troubleshooting guide: {TROUBLESHOOTING_PAGE}"
                 ),
                 rank=RANK_RECOMPILES - 50,
             )

@@ -4,63 +4,36 @@ cascades give the same advice for the same guard)."""
 
 from __future__ import annotations
 
-import ast
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ctmon.findings import guards as G
 from ctmon.findings import levers as L
 from ctmon.findings.causes import Group
+from ctmon.findings.guard_names import Named as Named
+from ctmon.findings.guard_names import capitalised, tensor_names
+from ctmon.findings.guard_names import name_users_tensor as name_users_tensor
+from ctmon.findings.guard_names import plain_name as plain_name
+from ctmon.findings.guard_names import reachable as reachable
+from ctmon.findings.guard_names import user_expression as user_expression
 from ctmon.findings.model import Fix, code_fix, compile_arg_fix
+from ctmon.findings.pages import TROUBLESHOOTING_PAGE
 from ctmon.findings.pytorch_hints import CAPTURE_SCALARS, Setting, already_set, is_on, setting_fixes, suggest
+from ctmon.findings.shape_advice import KV_CACHE as KV_CACHE
+from ctmon.findings.shape_advice import batch_advice as batch_advice
+from ctmon.findings.shape_advice import dynamic_true as dynamic_true
+from ctmon.findings.shape_advice import kv_cache_fix as kv_cache_fix
+from ctmon.findings.shape_advice import library_loop_fix as library_loop_fix
+from ctmon.findings.shape_advice import shape_fix, shape_fixes
+from ctmon.findings.shape_advice import tied_inputs as tied_inputs
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ctmon.store.compiles import ConfigValue
 
-_ARG = re.compile(r"^(?:args\[\d+\]|kwargs\[['\"].+['\"]\])$")
-_NAME = re.compile(r"^[A-Za-z_]\w*$")
 # torch._dynamo.config.allow_unspec_int_on_nn_module: int module attributes traced as dynamic values.
 UNSPEC_INT_ATTRS = Setting("allow_unspec_int_on_nn_module", True)
-KV_CACHE = re.compile(r"past_key_values|key_cache|value_cache|\bcache\b", re.IGNORECASE)
-
-
-def reachable(name: str) -> bool:
-    """Whether the user holds the guarded tensor at the compiled call (a
-    local name or an argument), so ``mark_dynamic`` on it is a fix they can
-    write; a tensor inside an object (a library's KV cache layer) is not."""
-    return bool(_NAME.match(name) or _ARG.match(name))
-
-
-def kv_cache_fix(dim: int | None) -> str:
-    """A key/value cache whose length changes (transformers' static cache is
-    sized prompt + max_new_tokens, so each new length compiles again)."""
-    return (
-        f"Dim {dim} of the key/value cache is its length, set from the prompt length plus max_new_tokens: each new "
-        "total compiles again. Size the cache once for the longest request: pass "
-        "`past_key_values=StaticCache(config=model.config, max_cache_len=N)` to generate() (transformers' "
-        "StaticCache; newer versions also take `model.generation_config.max_cache_len = N`), and pad prompts to a "
-        "few lengths (`tokenizer(..., padding=True, pad_to_multiple_of=64)`) so the prompt's own length repeats."
-    )
-
-
-def batch_advice(g: G.Guard, values: list[str] | None) -> str:
-    """Dim 0 is the batch of most models (a vision model's images, a text
-    model's sequences): the sizes a loop or a server sees, and a batch of one."""
-    if g.dim != 0:
-        return ""
-    text = (
-        " If dim 0 is the batch: bucket batch sizes (pad each batch up to one of a few sizes, e.g. 8, 16, 32) "
-        "and drop or pad the short last batch of an epoch (DataLoader(drop_last=True)), so each size compiles once."
-    )
-    if values and "1" in values:
-        text += (
-            " A batch of one always keeps a graph of its own (Dynamo specialises sizes 0 and 1 even for a dynamic "
-            "dim): that compile is expected once; warm it up before serving single requests."
-        )
-    return text
 
 
 def values_taken(pairs: Group) -> list[str]:
@@ -86,82 +59,6 @@ def _size_beside(failures: list[str], g: G.Guard) -> str | None:
         if other.kind == G.SHAPE and other.name == g.name and other.dim == g.dim and G.is_int(other.actual):
             return other.actual
     return None
-
-
-_KWARG = re.compile(r"^kwargs\[['\"](?P<key>[^'\"]+)['\"]\]$")
-_POSITIONAL = re.compile(r"^args\[(?P<i>\d+)\]$")
-
-
-def user_expression(argument: str, code: str | None) -> str | None:
-    """What the user's line passes as a compiled call's argument: for
-    ``kwargs['pixel_values']`` and ``out = cmodel(pixel_values=images)``,
-    ``images``. None unless exactly one call on the line says it plainly."""
-    if not code:
-        return None
-    kw, pos = _KWARG.match(argument), _POSITIONAL.match(argument)
-    if kw is None and pos is None:
-        return None
-    try:
-        tree = ast.parse(code.strip())
-    except (SyntaxError, ValueError):
-        return None  # one line of a call written over several
-    found: list[ast.expr] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        if kw is not None:
-            found += [k.value for k in node.keywords if k.arg == kw.group("key")]
-        elif (
-            pos is not None
-            and int(pos.group("i")) < len(node.args)
-            and not any(isinstance(a, ast.Starred) for a in node.args)
-        ):
-            found.append(node.args[int(pos.group("i"))])
-    if len(found) != 1:
-        return None
-    text = ast.unparse(found[0])
-    return text if len(text) <= 60 else None
-
-
-def name_users_tensor(fix: str, argument: str, code: str | None) -> str:
-    """A fix that says mark_dynamic(x, ...) for a tensor the user passed by
-    keyword or position names the user's own expression instead."""
-    expr = user_expression(argument, code)
-    if expr is None or "mark_dynamic(x, " not in fix:
-        return fix
-    fix = fix.replace("mark_dynamic(x, ", f"mark_dynamic({expr}, ")
-    return fix.replace(f"the tensor passed as {argument}", f"{expr} (what your line passes as {argument})", 1)
-
-
-@dataclass(frozen=True)
-class Named:
-    """A guarded tensor as a fix names it: in prose, in code, and what the
-    code's name stands for when it is not the user's own."""
-
-    who: str  # "`x` (passed as `idx`)", "the tensor passed as `idx`"
-    code: str  # "x": the user's expression, else the compiled code's name ("idx"), else "x"
-    note: str = ""  # where code is not the user's name: " (`idx` is the compiled code's name for it ...)"
-    expr: str | None = None  # the user's own expression, when known
-
-
-def tensor_names(name: str, site: L.CallSite | None = None) -> Named:
-    """How to name a guarded tensor: by the user's own expression at their
-    calling line where the recording tells it (``cmodel(x, y)`` passes ``x``
-    as ``forward``'s ``idx``), else as what the compiled code received, its
-    name there said to be the compiled code's -- never as if Dynamo's name
-    for it were a name in the user's code."""
-    expr = L.users_expression(site, name) if site is not None else None
-    if expr is not None:
-        return Named(f"`{expr}`" + (f" (passed as `{name}`)" if expr != name else ""), expr, expr=expr)
-    code = plain_name(name)
-    named = bool(_NAME.match(code))
-    code = code if named else "x"
-    line = site.line.code.strip() if site is not None and site.line is not None and site.line.code else None
-    why = f"; your line `{line}` does not name it plainly" if line else ""
-    what = "is the compiled code's name for it" if named else "stands for it"
-    return Named(
-        f"the tensor passed as `{name}`", code, f" (`{code}` {what}{why}: use your code's name for that tensor)"
-    )
 
 
 def what_changed(g: G.Guard) -> str:
@@ -252,119 +149,6 @@ def library_guard_fix(g: G.Guard) -> str | None:
     return None
 
 
-def capitalised(text: str) -> str:
-    return text[:1].upper() + text[1:] if text[:1].isalpha() else text
-
-
-def shape_fix(g: G.Guard, values: list[str] | None, site: L.CallSite | None) -> str:
-    """A tensor's dim changed size: mark it dynamic at the user's call, in
-    their names (and every input tied to it), or pad it to a few sizes --
-    or, where a library builds the batches and makes the call, that
-    library's own setting."""
-    lever = site.lever if site is not None else L.USER
-    if lever in L.LIBRARY_LOOPS:
-        return library_loop_fix(g, values, lever)
-    n = tensor_names(g.name, site)
-    if n.expr is None and not reachable(g.name):
-        if KV_CACHE.search(g.name):
-            return kv_cache_fix(g.dim)
-        return (
-            f"Dim {g.dim} of '{g.name}', a tensor inside an object the compiled code receives, changed size: "
-            "keep that size fixed (pad or bucket what it is built from), or compile with "
-            f"{dynamic_true(lever)} so sizes are traced symbolically." + batch_advice(g, values)
-        )
-    if g.expected and "<=" in g.expected:
-        return (
-            f"Dim {g.dim} of {n.who} left the range the graph was compiled for ({g.expected}): widen the range "
-            f"given to torch._dynamo.mark_dynamic({n.code}, {g.dim}, min=..., max=...){n.note}, or pad/bucket that "
-            "dim into it." + batch_advice(g, values)
-        )
-    return (
-        f"Make dim {g.dim} of {n.who} dynamic before the compiled call: "
-        f"torch._dynamo.mark_dynamic({n.code}, {g.dim}){n.note}.{tied_inputs(site, n)} Or compile with "
-        f"{dynamic_true(lever)}. If only a few sizes occur, pad/bucket dim {g.dim} to them (e.g. multiples of 64) "
-        "so each compiles once." + batch_advice(g, values)
-    )
-
-
-def tied_inputs(site: L.CallSite | None, n: Named) -> str:
-    """Marking one of two inputs whose sizes the graph ties together (ids
-    and their targets) stops the job with a ConstraintViolationError
-    (measured on torch 2.13): the fix names the others the line passes."""
-    parts = []
-    holder = L.container_of(n.expr) if n.expr is not None else None
-    if holder is not None:
-        parts.append(f"the other tensors in `{holder}`")
-    others = L.other_arguments(site, n.expr) if site is not None and n.expr is not None else []
-    if others:
-        parts.append(f"your line also passes {', '.join(f'`{o}`' for o in others)}")
-    also = f" ({'; '.join(parts)})" if parts else ""
-    return (
-        f" Mark every other input whose dim has the same size too{also}: marking one of two tensors the graph "
-        "ties together stops with a ConstraintViolationError."
-    )
-
-
-def dynamic_true(lever: str) -> str:
-    """The compile argument that makes every size symbolic, where the user
-    can give it: accelerate makes the torch.compile call from its plugin."""
-    if lever == L.ACCELERATE:
-        return (
-            "dynamic=True, given to accelerate's compile: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend=..., "
-            "dynamic=True))"
-        )
-    return "torch.compile(..., dynamic=True)"
-
-
-def plain_name(name: str) -> str:
-    """``kwargs['input_ids']`` -> ``input_ids``: the keyword a library passed."""
-    m = re.match(r"^kwargs\[['\"](?P<key>[^'\"]+)['\"]\]$", name)
-    return m.group("key") if m else name
-
-
-def library_loop_fix(g: G.Guard, values: list[str] | None, lever: str) -> str:
-    """A library's loop builds the batches and calls the compiled model:
-    transformers' Trainer (TrainingArguments(torch_compile=True)), or
-    Lightning's fit loop. The user makes no call to mark or compile; the
-    batches are theirs to shape, through the library's settings (each fix
-    applied in tests/test_advice_levers.py)."""
-    name = plain_name(g.name)
-    sizes = f" ({' → '.join(values[:8])})" if values else ""
-    if lever == L.TRAINER:
-        lead = (
-            "Trainer builds the batches and calls the model itself (its torch.compile comes from "
-            "TrainingArguments(torch_compile=True)), so the levers are Trainer's arguments and your data collator, "
-            "not mark_dynamic or torch.compile(dynamic=...) in a call of yours."
-        )
-        if g.dim == 0:
-            return (
-                f"{lead} Dim 0 of '{name}' is the batch{sizes}: the last batch of an epoch is short when the "
-                "dataset's size is not a multiple of the batch size. Set TrainingArguments(dataloader_drop_last=True), "
-                "so every batch has per_device_train_batch_size rows and one graph serves them all."
-            )
-        return (
-            f"{lead} Dim {g.dim} of '{name}'{sizes} is the length the data collator pads each batch to (the longest "
-            "sample in it): pad to one length or a few instead, with pad_to_multiple_of in your collator "
-            "(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64), DataCollatorForLanguageModeling(tokenizer, "
-            'mlm=False, pad_to_multiple_of=64)) or padding="max_length", max_length=N where you tokenize, so each '
-            "length compiles once."
-        )
-    lead = (
-        "Lightning's loop calls training_step with each batch of your train DataLoader, so the lever is that "
-        "DataLoader, not a call of yours."
-    )
-    if g.dim == 0:
-        return (
-            f"{lead} Dim 0 of '{name}' is the batch{sizes}: the last batch of an epoch is short when the dataset's "
-            "size is not a multiple of the batch size. Create the train DataLoader with drop_last=True (in "
-            "train_dataloader(), or the DataLoader you pass to trainer.fit), so every batch has the same size."
-        )
-    return (
-        f"{lead} Dim {g.dim} of '{name}'{sizes} changes from batch to batch: pad each batch to one length or a few "
-        "in the DataLoader's collate_fn, so each length compiles once."
-    )
-
-
 def fix_for(
     g: G.Guard,
     values: list[str] | None = None,
@@ -413,10 +197,12 @@ def fix_for(
             f"{n.code}.to(torch.float32){n.note}, or keep autocast settings consistent."
         )
     if k == G.DEVICE:
-        n = tensor_names(name, site)
+        # what is known only: a move across devices needs two devices to show, and which device the job
+        # wants its inputs on is its own choice
         return (
-            f"Keep {n.who} on one device: move it before the compiled call "
-            f"({n.code}.to(device){n.note}); a tensor on another device needs a different graph."
+            f"{capitalised(tensor_names(name, site).who)} arrived on another device than the cached graphs were "
+            "compiled for: Dynamo guards each input's device, so every device an input arrives on compiles a "
+            f"graph of its own. PyTorch's page on recompilations: {TROUBLESHOOTING_PAGE}"
         )
     if k == G.DISPATCH:
         return (
@@ -459,7 +245,10 @@ def fix_for(
             return "torch.set_default_dtype() changed between calls: set it once at start-up, before compiling."
         if "deterministic" in low:
             return "torch.use_deterministic_algorithms() was toggled between calls: set it once at start-up."
-        return f"Global torch state '{name}' changed between calls: set it once at start-up, not inside the loop."
+        return (
+            f"Global torch state '{name}' changed between calls: Dynamo guards it for every compiled function, so "
+            f"each change can recompile them. PyTorch's page on recompilations: {TROUBLESHOOTING_PAGE}"
+        )
     if k == G.TRAINING:
         return (
             "Expected once per mode: after module.train()/eval() both graphs stay cached, so switching back and "
@@ -498,9 +287,12 @@ def fix_for(
             "it constant while the loop runs."
         )
     if k == G.LENGTH:
+        # measured (tests/test_advice_proven_guards.py): a stacked tensor whose length still changes
+        # recompiles on its size instead, so the length is what to fix
         return (
-            f"'{name}' has a different length on each call: stack its items into one tensor (torch.stack, "
-            "padding if needed), or keep its length fixed."
+            f"'{name}' has a different length on some calls: Dynamo unrolls the loop over its items, so each length "
+            "is a graph of its own. Keep its length fixed: pad it to the longest (e.g. zeros) and pass one stacked "
+            "tensor (torch.stack), so one graph serves every call."
         )
     if k == G.CONTAINER:
         return (
@@ -514,8 +306,10 @@ def fix_for(
         )
     if k == G.IDENTITY:
         return (
-            f"A new object is passed as '{name}' on each call (e.g. a lambda, closure or module built inside the "
-            "loop): create it once, outside the loop, and reuse it."
+            f"A different function or object was passed as '{name}' than the cached graphs were compiled for: "
+            "Dynamo guards its identity (a function by its code), so each one compiles a graph of its own, which "
+            "is fine for a few. If it changes often, pass one function and give it what differs as an argument "
+            "(a tensor), or call it outside the compiled function."
         )
     if k == G.TYPE:
         if g.actual and "Parameter" in g.actual:
@@ -523,11 +317,16 @@ def fix_for(
                 f"'{name}' is sometimes an nn.Parameter and sometimes a plain tensor: pass {name}.detach() (or "
                 "always the parameter) so it has one type."
             )
-        return f"'{name}' changed type between calls: pass the same type every time (e.g. always a tensor, or always an int)."
-    if k == G.INVALIDATED:
+        # what is known only: the Parameter case above is the one a test applies
         return (
-            "An object a cached graph depends on was freed, so the graph was dropped and compiled again: create "
-            "models, modules and helper objects once and keep them alive instead of re-creating them in the loop."
+            f"'{name}' changed type between calls: Dynamo guards each input's type, so every type it arrives as "
+            f"compiles a graph of its own. PyTorch's page on recompilations: {TROUBLESHOOTING_PAGE}"
+        )
+    if k == G.INVALIDATED:
+        # what is known only: no workload of ctmon's tests frees a guarded object on purpose
+        return (
+            f"An object a cached graph depends on ('{name}') was freed, so Dynamo dropped that graph and compiled "
+            f"again. PyTorch's page on recompilations: {TROUBLESHOOTING_PAGE}"
         )
     return "Keep the values the compiled code reads (arguments, globals, module attributes) stable between calls; see the guard text above."
 
@@ -549,7 +348,7 @@ def fixes_for(
     k = g.kind
     file, line = (site.line.file, site.line.line) if site is not None and site.line is not None else (None, None)
     if k == G.SHAPE:
-        return _shape_fixes(g, site, file, line)
+        return shape_fixes(g, site, file, line)
     if k == G.LOOP_BOUND:
         return [
             code_fix(f"keep `{loop_header(g)}` in Python; compile its body: step = torch.compile(body)", g.file, g.line)
@@ -562,7 +361,6 @@ def fixes_for(
         return [tensor] if compiled_dynamic else [tensor, compile_arg_fix("dynamic", True)]
     expression = {
         G.DTYPE: "{}.to(torch.float32)",
-        G.DEVICE: "{}.to(device)",
         G.REQUIRES_GRAD: "{}.detach()",
         G.STRIDE: "{}.contiguous()",
     }.get(k)
@@ -575,32 +373,3 @@ def fixes_for(
         buffer = f"{owner or 'self'}.register_buffer('{attr}', torch.zeros((), dtype=torch.long)); update it in place"
         return [*setting_fixes([UNSPEC_INT_ATTRS], config), code_fix(buffer, g.file, g.line)]
     return []
-
-
-def _shape_fixes(g: G.Guard, site: L.CallSite | None, file: str | None, line: int | None) -> list[Fix]:
-    """shape_fix's advice as data: mark_dynamic at the user's line, then
-    dynamic=True where the user makes the torch.compile call; a library's
-    loop: its own argument."""
-    lever = site.lever if site is not None else L.USER
-    if lever == L.TRAINER:
-        text = (
-            "TrainingArguments(..., dataloader_drop_last=True)"
-            if g.dim == 0
-            else "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)"
-        )
-        return [code_fix(text)]
-    if lever == L.LIGHTNING:
-        return [code_fix("DataLoader(..., drop_last=True)" if g.dim == 0 else "pad each batch in the collate_fn")]
-    if g.expected and "<=" in g.expected:
-        return []  # already dynamic, out of its range: the range to widen is in words
-    out: list[Fix] = []
-    n = tensor_names(g.name, site)
-    if n.expr is not None or reachable(g.name):
-        out.append(code_fix(f"torch._dynamo.mark_dynamic({n.code}, {g.dim})", file, line))
-    if lever == L.ACCELERATE:
-        out.append(code_fix("Accelerator(dynamo_plugin=TorchDynamoPlugin(backend=..., dynamic=True))"))
-    else:
-        out.append(compile_arg_fix("dynamic", True))
-    if g.dim == 0:
-        out.append(code_fix("DataLoader(..., drop_last=True)"))
-    return out

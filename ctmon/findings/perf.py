@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ctmon.findings import cudagraphs as CG
 from ctmon.findings import guards as G
 from ctmon.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
 from ctmon.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
+from ctmon.findings.pages import CACHING_PAGE, REGIONAL_PAGE, TUNING_PAGE
 from ctmon.findings.silent import all_empty
+from ctmon.findings.spike_causes import prompt_steps, prompts_finding, waited_for_ranks
 from ctmon.store.records import TRACE_MODE
 from ctmon.words.phrases import cut
 
@@ -27,12 +29,6 @@ IDLE_MIN_SAMPLES = 3  # samples (about 1 s apart) in the steady loop, away from 
 SAMPLE_WINDOW_S = 1.0  # NVML utilisation covers roughly the second before a sample
 
 _FOUND_FROM = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-
-
-# PyTorch's pages the advice links to where it says what is known rather than a fix proven here
-CACHING_PAGE = "https://pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html"
-REGIONAL_PAGE = "https://pytorch.org/tutorials/recipes/regional_compilation.html"
-TUNING_PAGE = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
 
 
 def _steady_start(s: Session) -> tuple[int, float] | None:
@@ -121,7 +117,6 @@ def rule_late_compiles(s: Session) -> list[Finding]:
     first = s.compile.frames.get(late[0].frame_id)
     first_step = series.times.count_until(late[0].span[0])
     guards = [G.classify(c.recompile_reason) for c in late if c.recompile_reason]
-    kinds = {g.kind for g in guards}
     fix = (
         "Warm up every input shape and mode the loop will meet before timing or serving it (run each once, "
         "e.g. a forward and backward on a batch of each size before the loop)"
@@ -129,13 +124,11 @@ def rule_late_compiles(s: Session) -> list[Finding]:
     cache = next((g for g in guards if g.kind == G.SHAPE and not reachable(g.name) and KV_CACHE.search(g.name)), None)
     if cache is not None:  # a generation loop's key/value cache: warming up cannot cover every length
         fix = kv_cache_fix(cache.dim)
-    elif G.SHAPE in kinds:
-        fix += (
-            "; or mark the changing dim dynamic (torch._dynamo.mark_dynamic(x, dim)), or bucket sizes to a few "
-            "values; a short last batch of an epoch can be dropped with DataLoader(drop_last=True)."
-        )
     else:
-        fix += "; remove the recompile causes named in the evidence."
+        # the lever that keeps each cause from compiling at all is the
+        # recompile finding's own (mark_dynamic, drop_last, a cast ...),
+        # proven there; this finding adds only when the compile lands
+        fix += "; or remove the cause itself: the recompile findings for these compiles give the change for each."
     n = len(late)
     return [
         Finding(
@@ -220,11 +213,11 @@ def rule_spikes(s: Session) -> list[Finding]:
     if graph_runs:
         out.append(CG.spikes_finding(s, p50, [(k, v) for k, v in other if k in graph_runs], graph_runs))
         other = [(k, v) for k, v in other if k not in graph_runs]
-    prompts = _prompt_steps(s, series.source, [k for k, _ in other])
+    prompts = prompt_steps(s, series.source, [k for k, _ in other])
     if prompts:
-        out.append(_prompts_finding(series, p50, [(k, v) for k, v in other if k in prompts]))
+        out.append(prompts_finding(series, p50, [(k, v) for k, v in other if k in prompts]))
         other = [(k, v) for k, v in other if k not in prompts]
-    waited = _waited_for_ranks(s, series.times, other)
+    waited = waited_for_ranks(s, series.times, other)
     if waited:
         other = [(k, v) for k, v in other if k not in waited]
         evidence = [
@@ -243,8 +236,13 @@ def rule_spikes(s: Session) -> list[Finding]:
                     "in the next collective. Every rank pays for a compile any one of them makes."
                 ),
                 evidence=evidence,
-                fix="Make the ranks compile alike (see the rank-divergence finding), or warm every shape up on "
-                "every rank before the loop.",
+                # no change is proven for the wait itself: what made the other
+                # rank compile is that rank's own finding, with its fix
+                fix=(
+                    "Nothing to change on this rank: the wait is the other rank's compile. Why that rank compiled "
+                    "is in its findings (rank-divergence where the ranks compiled differently, or its recompile "
+                    "findings), each with the change that removes it."
+                ),
                 rank=RANK_SPIKES + len(waited),
             )
         )
@@ -255,57 +253,20 @@ def rule_spikes(s: Session) -> list[Finding]:
                 rule="step-spikes",
                 severity="info",
                 title=f"{len(other)} slow step(s) not explained by compiles (p50 {p50:.1f} ms)",
-                detail="Likely data loading stalls, garbage collection, checkpointing, logging or host synchronisation.",
+                detail=(
+                    "No compile ran during these steps; what did is not in the recording. Common causes are data "
+                    "loading, garbage collection, checkpointing or evaluation, logging, and host synchronisation."
+                ),
                 evidence=[f"step {series.number(k)}: {v:.1f} ms" for k, v in sorted(other, key=lambda x: -x[1])[:8]],
+                # what is known, not a fix: the cause is not in the recording
                 fix=(
-                    "Check the data pipeline (DataLoader num_workers, pin_memory, persistent_workers), periodic work "
-                    "(checkpoints, evaluation, logging that calls .item()), and gc (gc.freeze() after set-up)."
+                    "ctmon sees that these steps were slow, not why: a profile of a slow step (torch.profiler) tells. "
+                    f"PyTorch's performance tuning guide ({TUNING_PAGE}) covers the data-loading and "
+                    "synchronisation causes."
                 ),
                 rank=len(other) / 10,
             )
         )
-    return out
-
-
-def _prompt_steps(s: Session, source: str | None, ks: list[int]) -> set[int]:
-    """Of the slow steps ``ks``, those that run into a ``generate()`` call's
-    first decode call: such a step spans the end of the call before and this
-    call's prompt (its prefill, eager where only decode is compiled), not a
-    token."""
-    firsts = {ev.i0 for ev in s.generation.calls if ev.src == source and ev.i0 > 0 and ev.decode_calls > 0}
-    return {k for k in ks if k in firsts}
-
-
-def _prompts_finding(series: Any, p50: float, spikes: list[tuple[int, float]]) -> Finding:
-    return Finding(
-        id="spikes:generate-prompt",
-        rule="step-spikes",
-        severity="info",
-        title=f"{len(spikes)} slow step(s) began a generate() call (p50 {p50:.1f} ms)",
-        detail=(
-            "A step here runs from one compiled decode call to the next; the step that runs into a generate() "
-            "call's first decode call also holds the end of the call before and this call's prompt (its prefill, "
-            "which runs eager where only the decode step is compiled): its time is not a token's."
-        ),
-        evidence=[f"step {series.number(k)}: {v:.1f} ms" for k, v in sorted(spikes, key=lambda x: -x[1])[:8]],
-        fix="Nothing to change for these steps: the report's time to the first token measures the prompt.",
-        rank=len(spikes) / 20,
-    )
-
-
-def _waited_for_ranks(
-    s: Session, times: Any, spikes: list[tuple[int, float]]
-) -> dict[int, list[tuple[int, CompileRecord]]]:
-    """Slow steps of the job's own rank during which another rank compiled."""
-    if not spikes or len(s.ranks) < 2:
-        return {}
-    theirs = [(r, c) for r, rs in sorted(s.ranks.items()) if r != s.primary_rank for c in rs.session.compile.compiles]
-    out: dict[int, list[tuple[int, CompileRecord]]] = {}
-    for k, _ in spikes:
-        lo, hi = times[k - 1], times[k]
-        inside = [(r, c) for r, c in theirs if c.span[0] < hi and c.span[1] > lo]
-        if inside:
-            out[k] = inside
     return out
 
 

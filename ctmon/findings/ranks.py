@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctmon.findings import causes as C
 from ctmon.findings.model import RANK_LIMIT, Finding
+from ctmon.findings.pages import CACHING_PAGE
 from ctmon.findings.silent import signal_sent_by_ctmon
 from ctmon.store.launcher_failures import collective_timeouts, rank_failures
 from ctmon.words.phrases import cut
@@ -51,6 +52,13 @@ FIX = (
     "(torch._dynamo.mark_dynamic, or torch.compile(..., dynamic=True)), and one warm compile cache shared "
     "by all ranks (TORCHINDUCTOR_CACHE_DIR on a shared path, or torch.compiler.save_cache_artifacts / "
     "load_cache_artifacts)."
+)
+
+# What is known about ranks whose caches differ: no test here gives ranks one warm cache and shows them even.
+CACHE_KNOWN = (
+    "The ranks that missed compiled these graphs from scratch: their compile cache did not hold them (by default "
+    "TORCHINDUCTOR_CACHE_DIR is a directory per user under the host's /tmp, so a rank on another host, or on a "
+    f"fresh one, starts cold). PyTorch's page on sharing and saving compile caches: {CACHING_PAGE}"
 )
 
 
@@ -270,7 +278,7 @@ def rule_cache_divergence(s: Session) -> list[Finding]:
                     for r, rs in sorted(s.ranks.items())
                     if cache in rs.session.compile.cache
                 ][:8],
-                fix=FIX,
+                fix=CACHE_KNOWN,
                 rank=RANK_LIMIT + 40,
             )
         )
@@ -348,13 +356,15 @@ def rule_rank_failed(s: Session) -> list[Finding]:
             ],
             fix=(
                 "The rank that was aborted is the one that waited: look at the rank that never reached the "
-                "collective (the rank-divergence or stalled-rank findings say which, and why). Raise the timeout "
-                "(init_process_group(timeout=...)) only for a wait that is expected, e.g. a first compile."
+                "collective (the rank-divergence or stalled-rank findings say which, and why). The wait's limit is "
+                "the process group's timeout (init_process_group(timeout=...))."
                 if timed_out is not None
                 else "Nothing to fix if the stop was intended."
                 if stop is not None and first.signal in _STOP_SIGNALS
-                else "Look at that rank first: its own traceback in the output if it raised, the node's memory if it "
-                "was killed (a smaller batch, activation checkpointing, or fewer DataLoader workers per rank)."
+                # what is known: ctmon does not see why a rank was killed
+                else "Look at that rank first: its own traceback in the output if it raised; if it was killed, the "
+                "node's system log (dmesg, where the out-of-memory killer names the process it killed) and its "
+                "memory say whether memory ran out."
                 if first.signal in (None, "SIGKILL")
                 else "Look at that rank first: its own output, and the node's logs for the signal."
             ),

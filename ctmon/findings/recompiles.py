@@ -1,4 +1,5 @@
-"""Rules about recompiles: the recompile limit, shapes, Python scalars, other guards.
+"""Rules about recompiles: the recompile limit (recompile_limits.py), shapes, Python scalars
+(a loop bound: loop_bounds.py), other guards.
 
 Each recompile carries the guard that failed (see guards.py and causes.py).
 Recompiles of one frame are grouped by the guarded value (a cause shared by
@@ -17,153 +18,26 @@ from ctmon.findings import causes as C
 from ctmon.findings import guards as G
 from ctmon.findings import levers as L
 from ctmon.findings.guard_advice import (
-    bound_name,
     fix_for,
     fixes_for,
-    loop_header,
     reachable,
-    values_seen,
-    what_changed,
 )
 from ctmon.findings.guard_advice import tensor_names as _tensor
 from ctmon.findings.guard_advice import values_taken as _values
 from ctmon.findings.guards import strip_comment
-from ctmon.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding, Fix, code_fix, config_fix
-from ctmon.findings.pytorch_hints import DYNAMO_CONFIG
-from ctmon.words.phrases import cut
+from ctmon.findings.loop_bounds import loop_bound_finding
+from ctmon.findings.model import RANK_RECOMPILES, Finding, Fix, code_fix
+from ctmon.findings.recompile_limits import LIMIT_WARN_FRACTION as LIMIT_WARN_FRACTION
+from ctmon.findings.recompile_limits import Group as Group
+from ctmon.findings.recompile_limits import _budget, _severity, rule_limit_approaching, rule_recompile_limit
+from ctmon.findings.recompile_limits import _ev as _ev
+from ctmon.findings.recompile_limits import first_line as first_line
 
 if TYPE_CHECKING:
-    from ctmon.store.compiles import BreakSite, CompileRecord, Frame
+    from ctmon.store.compiles import BreakSite, Frame
     from ctmon.store.session import Session
-    from ctmon.wire.events import Specialization
 
-LIMIT_WARN_FRACTION = 0.75
-# guards on a number: their values are the cached versions' (no "actual")
-_NUMBERS = (G.ITEM, G.SCALAR, G.LOOP_BOUND)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
-
-Group = C.Group
-
-
-def first_line(text: str | None, n: int = 160) -> str:
-    if not text:
-        return ""
-    line = text.strip().splitlines()[0]
-    return line if len(line) <= n else line[: n - 1] + "…"
-
-
-def _ev(c: CompileRecord, g: G.Guard) -> str:
-    text = f"compile {c.compile_id}: {cut(g.text, 200)}" + (f"  (at {g.file}:{g.line})" if g.file else "")
-    others = [cut(x.text, 120) for x in G.failed(c.guard_failures) if x.text != g.text]
-    if others:
-        # the other cached versions failed on other guards: all of them are the cause
-        text += f"; also failed: {'; '.join(others[:3])}" + (" …" if len(others) > 3 else "")
-    return text
-
-
-_recompiles = C.recompiles
-
-
-def _limit(s: Session, frame: Frame) -> int | None:
-    limit = frame.recompile_limit or s.compile.recompile_limit
-    # A recorded limit is an int of any size; past 2**31 it means "no limit"
-    # and must not overflow the float arithmetic below.
-    return min(limit, 1 << 31) if limit else limit
-
-
-_key = C.key
-
-
-def _dominant(frame: Frame) -> Group:
-    groups = C.causes_of(frame)
-    return max(groups.values(), key=len) if groups else []
-
-
-def rule_recompile_limit(s: Session) -> list[Finding]:
-    out = []
-    for f in s.compile.frames.values():
-        if not f.limit_hit:
-            continue
-        pairs = _recompiles(f)
-        limit = _limit(s, f)
-        evidence = []
-        for group in sorted(C.causes_of(f).values(), key=len, reverse=True)[:6]:
-            g = C.read_loops(s, f, group)[0][1]
-            vals = _values(group) if g.kind not in _NUMBERS else [x.expected for _, x in group if x.expected]
-            shown = f" ({' → '.join(vals[:8])}{' …' if len(vals) > 8 else ''})" if vals else ""
-            evidence.append(f"{len(group)}× {what_changed(g)}{shown}")
-        refused = [c.compile_id for c in f.compiles if c.limit_hit]
-        evidence.append(f"refused compile(s): {', '.join(refused[:5])}")
-        dom = C.read_loops(s, f, _dominant(f))
-        config = s.compile.config_in_force(c.compile_id for c, _ in dom)
-        site = L.call_site(s, f, dom[0][0]) if dom else None
-        fix = (
-            fix_for(dom[0][1], _values(dom), config=config, seen=values_seen(dom, limit_hit=True), site=site)
-            if dom
-            else ""
-        )
-        fixes = fixes_for(dom[0][1], _values(dom), config=config, site=site) if dom else []
-        if not dom or dom[0][1].kind != G.LOOP_BOUND:
-            # a loop bound that takes a few values is the one case a higher
-            # limit fixes: its advice says so, with the count of values seen
-            fix += (
-                " Raising torch._dynamo.config.recompile_limit only postpones the problem"
-                " (and each recompile stalls the loop)."
-            )
-        cause = f" Most recompiles came from: {what_changed(dom[0][1])}." if dom else ""
-        out.append(
-            Finding(
-                id=f"recompile-limit:{f.frame_id}",
-                rule="recompile-limit",
-                severity="critical",
-                title=f"{f.title} hit the recompile limit ({limit}) and now runs eager",
-                file=f.loc.file,
-                line=f.loc.line,
-                detail=(
-                    f"After {f.entries} compiled versions Dynamo refused to compile {f.title} again; every call that "
-                    "matches none of the cached versions now runs uncompiled, silently losing the speed-up." + cause
-                ),
-                evidence=evidence,
-                fix=fix.strip(),
-                fixes=fixes,
-                rank=RANK_LIMIT + len(pairs),
-            )
-        )
-    return out
-
-
-def rule_limit_approaching(s: Session) -> list[Finding]:
-    """A frame close to its limit, when no single repeated cause already says so."""
-    out = []
-    for f in s.compile.frames.values():
-        limit = _limit(s, f)
-        if f.limit_hit or not limit or f.entries < max(3, int(limit * LIMIT_WARN_FRACTION)):
-            continue
-        pairs = _recompiles(f)
-        if any(len(group) >= 2 for group in C.causes_of(f).values()):
-            continue  # the shape/scalar/guard finding for that cause warns, and names the budget
-        out.append(
-            Finding(
-                id=f"recompile-budget:{f.frame_id}",
-                rule="recompile-limit",
-                severity="warning",
-                title=f"{f.title} has used {f.entries} of its {limit} recompiles",
-                file=f.loc.file,
-                line=f.loc.line,
-                detail=(
-                    "Each recompile below had its own cause; a few more new inputs and Dynamo stops compiling this "
-                    "frame, which then runs eager."
-                ),
-                evidence=[f"recompiled: {first_line(c.recompile_reason)}" for c, _ in pairs[-6:]],
-                fix=(
-                    f"Remove the causes you can (see the guard findings for {f.title}); if the versions are all needed, "
-                    f"raise torch._dynamo.config.recompile_limit above {f.entries + 2}."
-                ),
-                fixes=[config_fix(DYNAMO_CONFIG, "recompile_limit", f.entries + 3)],
-                rank=RANK_RECOMPILES - 100 + f.entries,
-            )
-        )
-    return out
 
 
 def _groups(s: Session, kinds: set[str]) -> list[tuple[Frame, Group]]:
@@ -175,19 +49,6 @@ def _groups(s: Session, kinds: set[str]) -> list[tuple[Frame, Group]]:
             if key[0] in kinds and (f.frame_id, key) not in shared:
                 out.append((f, pairs))
     return out
-
-
-def _severity(n: int, frame: Frame) -> str:
-    return "warning" if n >= 2 or frame.limit_hit else "info"
-
-
-def _budget(s: Session, frame: Frame) -> str:
-    limit = _limit(s, frame)
-    if frame.limit_hit:
-        return f" The frame has hit its recompile limit ({limit}) and now runs eager."
-    if limit and frame.entries >= max(3, int(limit * LIMIT_WARN_FRACTION)):
-        return f" It has used {frame.entries} of its {limit} recompiles; at {limit} it stops compiling and runs eager."
-    return ""
 
 
 def _warm_up_only(s: Session, frame: Frame) -> bool:
@@ -310,7 +171,7 @@ def rule_scalar_recompiles(s: Session) -> list[Finding]:
     for frame, group in _groups(s, {G.SCALAR, G.ITEM, G.LOOP_BOUND}):
         pairs = C.read_loops(s, frame, group)
         if pairs[0][1].kind == G.LOOP_BOUND:
-            out.append(_loop_bound_finding(s, frame, pairs))
+            out.append(loop_bound_finding(s, frame, pairs))
             continue
         n = len(pairs)
         g0 = pairs[0][1]
@@ -383,91 +244,6 @@ def rule_scalar_recompiles(s: Session) -> list[Finding]:
             )
         )
     return out
-
-
-def _loop_bound_finding(s: Session, frame: Frame, pairs: Group) -> Finding:
-    """A loop Dynamo unrolled, recompiled for each new bound. Neither
-    dynamic=True nor a tensor bound helps (PyTorch pins a dynamic bound
-    again, and breaks the graph on a tensor one): the advice is what works."""
-    n = len(pairs)
-    g0 = pairs[0][1]
-    header, bound = loop_header(g0), bound_name(g0)
-    seen = values_seen(pairs, frame.limit_hit)
-    pinned = _pinned_at(s, frame, g0)
-    file, line = _loop_line(frame, pairs, pinned)
-    if "range(" in header:
-        tensor_bound = (
-            "range() of a tensor breaks the graph (PyTorch's GB0059: it cannot trace builtin `range` on a Tensor)"
-        )
-    else:
-        tensor_bound = "a loop condition on a tensor breaks the graph (PyTorch's GB0170, data-dependent branching)"
-    detail = (
-        f"Dynamo unrolls `{header}` into the graph, one copy of the loop's body per iteration, so each graph holds "
-        f"one value of {bound} and guards on it: every new value compiles again (guard kind: {G.LOOP_BOUND}). "
-        f"{bound[0].upper()}{bound[1:]} has taken {seen} values so far. "
-    )
-    if g0.name.startswith("___stack"):
-        detail += (
-            "The bound reached this frame as a Python value after a graph break before the loop, and the code "
-            f"after the break guards on it: {tensor_bound}, and so does an .item(). "
-        )
-    else:
-        detail += (
-            "Making it dynamic does not help (torch.compile(..., dynamic=True), or automatic dynamic shapes after "
-            "a recompile): PyTorch specialises a dynamic int again at the loop (its reason: "
-            f"{C.PINNED}); and passing it as a tensor does not either: {tensor_bound}. "
-        )
-    if g0.hint:  # PyTorch's words stay, with what they do for a loop bound
-        detail += f"Dynamo's hint for this guard: {g0.hint} "
-        if "dynamic" in g0.hint or "tensor" in g0.hint:
-            detail += (
-                "For a loop bound neither helps: an int made dynamic is specialised again at the loop, and a "
-                "tensor breaks the graph there. "
-            )
-    values = [g.expected for _, g in pairs if g.expected]
-    evidence = [_ev(c, g) for c, g in pairs[:8]]
-    if values:  # the values the failed guards held: the cached graphs', not the newest
-        evidence.append(f"values of the cached graphs: {', '.join(values[:10])}")
-    if pinned:
-        first = pinned[0]
-        evidence.append(
-            f"PyTorch specialised {', '.join(first.sources) or bound} to one value at "
-            f"{first.file}:{first.line} (`{strip_comment(first.code or '')}`), reason {C.PINNED}, in "
-            f"{len(pinned)} compile(s): "
-            + ", ".join(str(sp.compile_id) for sp in pinned[:6])
-            + (" …" if len(pinned) > 6 else "")
-        )
-    config = s.compile.config_in_force(c.compile_id for c, _ in pairs)
-    times = f"{n}×" if n >= 2 else "once"
-    return Finding(
-        id=f"scalar-recompiles:{frame.frame_id}:{g0.name}",
-        rule="scalar-recompiles",
-        severity=_severity(n, frame),
-        title=f"{frame.title} recompiled {times} on the bound of `{header}`, a loop Dynamo unrolls",
-        file=file,
-        line=line,
-        detail=(detail.strip() + (_budget(s, frame) if n >= 2 else "")),
-        evidence=evidence,
-        fix=fix_for(g0, config=config, seen=seen),
-        fixes=fixes_for(g0, config=config, seen=seen),
-        rank=RANK_RECOMPILES + n,
-    )
-
-
-def _pinned_at(s: Session, frame: Frame, g: G.Guard) -> list[Specialization]:
-    """PyTorch's records of this bound pinned to one value at a loop header."""
-    return [sp for sp in C.loop_pins(s, frame) if g.name in C.pinned_names([sp])]
-
-
-def _loop_line(frame: Frame, pairs: Group, pinned: list[Specialization]) -> tuple[str | None, int | None]:
-    """The loop's own line: where a guard or PyTorch's record places it."""
-    for _, g in pairs:
-        if g.file and g.code and G.loop_header(g.code) is not None:
-            return g.file, g.line
-    if pinned and pinned[0].file:
-        return pinned[0].file, pinned[0].line
-    g0 = pairs[0][1]
-    return (g0.file, g0.line) if g0.file else (frame.loc.file, frame.loc.line)
 
 
 OTHER_KINDS = {
