@@ -61,6 +61,7 @@ def warm(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
 
     from ctmon import _api
     from ctmon.agent.core import Agent
+    from ctmon.agent.step_hooks import call_hook, optimizer_hook
     from ctmon.agent.torch_hooks import dynamo_enter_hooks, install
     from ctmon.wire.ring import StepRing
 
@@ -136,8 +137,8 @@ def warm(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
     # host, without the 15-30 us of an optimizer step's noise around it.
     clock = agent.clock
     clock.rank, clock.count, clock._opt_key = -1, 0, None
-    hook = clock.optimizer_hook()  # what torch calls after each optimizer.step()
-    enter = clock.call_hook(12345)  # what PyTorch's wrapper runs around each compiled call
+    hook = optimizer_hook(clock)  # what torch calls after each optimizer.step()
+    enter = call_hook(clock, 12345)  # what PyTorch's wrapper runs around each compiled call
 
     def call_hook() -> None:
         hook(opt, (), {})
@@ -172,9 +173,11 @@ def warm(device: str, pairs: int, steps_per_round: int) -> dict[str, object]:
 def _set_optimizer_hook(agent: Any, on: bool) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from ctmon.agent.step_hooks import optimizer_hook
+
     clock = agent.clock
     if on and agent.optimizer_hook is None:
-        agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_hook())
+        agent.optimizer_hook = register_optimizer_step_post_hook(optimizer_hook(clock))
         clock.set_global_hook(agent.optimizer_hook.hooks_dict_ref(), agent.optimizer_hook.id)
     elif not on and agent.optimizer_hook is not None:
         clock.set_global_hook(None)
@@ -239,6 +242,7 @@ def cold_variants(ring_dir: str, opt: Any) -> dict[str, Hook]:
     from ctmon.agent import steps
     from ctmon.agent.channel import Channel
     from ctmon.agent.graph_calls import _counted, _timed
+    from ctmon.agent.step_hooks import optimizer_hook
     from ctmon.agent.steps import RANK_OPTIMIZER, StepClock
     from ctmon.wire.ring import StepRing
 
@@ -296,8 +300,8 @@ def cold_variants(ring_dir: str, opt: Any) -> dict[str, Hook]:
         "graph_raw": graph_raw,
         "graph_counted": graph_counted,
         "graph_timed": graph_timed,
-        "hook": clock.optimizer_hook(),
-        "hook_counting": counting.optimizer_hook(),
+        "hook": optimizer_hook(clock),
+        "hook_counting": optimizer_hook(counting),
         "mark": mark_only,
         "store": store,
         "publish": publish,

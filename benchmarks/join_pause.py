@@ -51,7 +51,7 @@ from typing import Any
 
 import harness
 
-from ctmon.launch import join as join_mod
+from ctmon.launch import join_inject as join_mod
 
 WAIT_S = 180.0  # a compile on a busy two-core machine; every wait is bounded by it
 SETTLE_S = 0.5  # after the joined event: the agent's first reads of the job's state

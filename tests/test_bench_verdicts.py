@@ -14,7 +14,7 @@ import statistics
 import pytest
 from helpers import ctmon, one_line_containing, workload
 
-from ctmon.report.bench import render_text
+from ctmon.report.bench_render import render_text
 
 SLEEPY = workload("bench_sleep.py")
 

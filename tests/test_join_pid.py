@@ -331,7 +331,7 @@ def test_joining_twice_is_refused_and_a_job_that_exits_ends_the_recording(
 def test_call_addresses_are_where_the_process_has_its_functions() -> None:
     """What gdb calls by address (no symbols read while the job is stopped)
     is where the process's own dynamic linker put each function."""
-    from ctmon.launch.join import call_addresses
+    from ctmon.launch.join_inject import call_addresses
 
     show = (
         "import ctypes, sys\n"

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from ctmon.agent.channel import Channel
-from ctmon.agent.steps import StepClock, StepRelay
+from ctmon.agent.step_relay import StepRelay
+from ctmon.agent.steps import StepClock
 from ctmon.store import Session
 from ctmon.wire import protocol
 from ctmon.wire.ring import (

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from ctmon.agent import steps
+from ctmon.agent import step_hooks, steps
 from ctmon.agent.channel import Channel
 from ctmon.agent.graph_calls import GraphCalls
+from ctmon.agent.step_hooks import optimizer_hook
 from ctmon.agent.steps import RANK_API, RANK_OPTIMIZER, StepClock
 from ctmon.report.build import build_report
 from ctmon.report.text import summary_lines
@@ -33,6 +34,7 @@ class Host:
 def host(monkeypatch: pytest.MonkeyPatch) -> Host:
     h = Host()
     monkeypatch.setattr(steps, "_now", lambda: h.now)
+    monkeypatch.setattr(step_hooks, "_now", lambda: h.now)
     return h
 
 
@@ -136,7 +138,7 @@ def test_the_optimizer_hook_counts_its_own_optimizer_only(clock, host: Host) -> 
     """A stretch counts the clock's optimizer in the hook's own short path;
     a second optimizer (a GAN's) is still not counted."""
     c, ring = clock
-    hook = c.optimizer_hook()
+    hook = optimizer_hook(c)
     opt, other = (torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1) for _ in range(2))
 
     def step() -> None:

@@ -23,7 +23,7 @@ from helpers import ctmon, record
 from ctmon.read.load import load
 from ctmon.report.build import build_report
 from ctmon.report.text import full_text
-from ctmon.store import Session
+from ctmon.store import Session, snapshots
 from ctmon.store.steps import step_number
 from ctmon.wire import events as E
 
@@ -170,7 +170,7 @@ def test_after_several_compiled_calls_the_first_steps_start_is_not_known() -> No
 def test_a_replay_snapshot_keeps_the_numbers() -> None:
     s = Session().apply_all([_steps("compiled_call", 0, 9.0, 0), _steps("optimizer", 0, 10.0, 0, 20)])
     s.apply(E.StepNumber(t=10.1, src="optimizer", i=0, n=7))
-    restored = Session.restored(s.snapshot())
+    restored = snapshots.restored(snapshots.snapshot(s))
     series = restored.steps.current
     assert series is not None and series.number(1) == 8 and series.first_step_ms() == pytest.approx(1000.0)
 
@@ -187,7 +187,7 @@ def test_old_recordings_read_as_ctmons_count_from_1() -> None:
 
 def test_the_optimizers_own_count_is_read_only_where_it_is_cheap() -> None:
     torch = pytest.importorskip("torch")
-    from ctmon.agent.steps import optimizer_step_count
+    from ctmon.agent.optimizer_count import optimizer_step_count
 
     p = torch.nn.Parameter(torch.zeros(2))
     sgd = torch.optim.SGD([p], lr=0.1)

@@ -12,6 +12,7 @@ from golden import recordings
 from ctmon.read.feeds import FileBatch, RecordingFeed
 from ctmon.report.build import build_report
 from ctmon.store import Session
+from ctmon.store.snapshots import restored, snapshot
 from ctmon.tui.timeline import Timeline
 from ctmon.wire.events import Steps
 
@@ -63,12 +64,12 @@ def test_snapshots_keep_step_series_by_reference() -> None:
     full = Session()
     for b in range(200):
         full.apply(Steps(t=1.0 + b, src="optimizer", i0=12 * b, ns=[1_000_000] * 12))
-    snap = full.snapshot()
+    snap = snapshot(full)
     for b in range(200, 400):
         full.apply(Steps(t=1.0 + b, src="optimizer", i0=12 * b, ns=[2_000_000] * 12))
     mark = snap.steps.current
     assert mark is not None and not hasattr(mark, "ns")  # a mark: lengths, not copies
-    back = Session.restored(snap)
+    back = restored(snap)
     assert back.steps.count == 2400 and full.steps.count == 4800
     st = back.steps.current.stats() if back.steps.current else None
     assert st is not None and st.max_ms == 1.0

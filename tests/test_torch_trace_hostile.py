@@ -27,9 +27,10 @@ import pytest
 from helpers import ROOT, ctmon, env_with, workload
 from test_ranks import free_port
 
-from ctmon.read import torch_trace
+from ctmon.read import trace_lines
 from ctmon.read.follow import Follower
-from ctmon.read.torch_trace import MAX_LINE, MAX_PAYLOAD, TraceStats, load_trace, trace_events
+from ctmon.read.torch_trace import load_trace, trace_events
+from ctmon.read.trace_lines import MAX_LINE, MAX_PAYLOAD, TraceStats
 from ctmon.report.build import build_report
 from ctmon.report.markdown import markdown
 from ctmon.report.text import full_text
@@ -309,7 +310,7 @@ def test_every_hostile_record_at_once_gets_one_line_in_every_format(one, tmp_pat
 def test_records_read_a_batch_at_a_time_are_the_records_read_at_once(one, tmp_path, monkeypatch):
     trace = _write(tmp_path, one + _with(one, HOSTILE["payload not UTF-8"][0]))
     whole = list(trace_events([trace], TraceStats()))
-    monkeypatch.setattr(torch_trace, "READ_BATCH", 1)  # every record its own batch: the file reopened each time
+    monkeypatch.setattr(trace_lines, "READ_BATCH", 1)  # every record its own batch: the file reopened each time
     stats = TraceStats()
     assert list(trace_events([trace], stats)) == whole and sum(stats.skipped.values()) == 1
 

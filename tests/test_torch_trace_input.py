@@ -127,7 +127,8 @@ def test_a_trace_replays_on_the_screen(tmp_path, graph_breaks_trace):
     from test_ranks import _until
 
     from ctmon.read.feeds import ListFeed
-    from ctmon.read.torch_trace import TraceStats, trace_events
+    from ctmon.read.torch_trace import trace_events
+    from ctmon.read.trace_lines import TraceStats
     from ctmon.tui.app import CtmonApp
     from ctmon.tui.testing import wait_loaded
 

@@ -15,9 +15,10 @@ import pytest
 
 from ctmon.read.feeds import ListFeed, RecordingFeed
 from ctmon.store import Session
-from ctmon.tui.app import CtmonApp, MainScreen, TabStrip
+from ctmon.tui.app import CtmonApp
 from ctmon.tui.capture import screen_text
 from ctmon.tui.ingest import Handoff
+from ctmon.tui.main_screen import MainScreen, TabStrip
 from ctmon.tui.panels import GpuPanel, HeaderBar, StepsPanel
 from ctmon.tui.panes import BreaksPane, FramesPane
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen

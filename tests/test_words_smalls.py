@@ -275,7 +275,8 @@ def test_attach_says_paths_as_the_user_gave_them(tmp_path, monkeypatch) -> None:
 
 
 def test_a_trace_is_named_as_the_user_named_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ctmon.read.torch_trace import TraceStats, trace_events
+    from ctmon.read.torch_trace import trace_events
+    from ctmon.read.trace_lines import TraceStats
 
     monkeypatch.chdir(tmp_path)
     os.mkdir("trace")

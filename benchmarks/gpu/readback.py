@@ -228,7 +228,7 @@ def phases(rec: str, trace_dir: str) -> int:
 
 
 def bench(path: str) -> int:
-    from ctmon.report.bench import render_text
+    from ctmon.report.bench_render import render_text
 
     with open(path) as f:
         print(render_text(json.load(f)))

@@ -41,7 +41,7 @@ def parse_try(text: str) -> tuple[str, Any]:
         raise ValueError(f"{value.strip()!r} is not a Python literal (True, 8, 'reduce-overhead', ...)") from None
 
 
-def with_try(kwargs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def with_try(kwargs: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """``kwargs`` with bench's ``--try`` change applied (a config setting is
     set on the imported torch module), and what was done."""
     text = os.environ.get(TRY_ENV)
@@ -70,7 +70,7 @@ def forced_mode() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def with_mode(kwargs: dict[str, Any], mode: str) -> tuple[dict[str, Any], str | None]:
+def with_mode(kwargs: dict[str, object], mode: str) -> tuple[dict[str, object], str | None]:
     """``kwargs`` of a torch.compile call with ``mode`` put in, or as they
     were with the reason the mode does not apply; bench's ``--try`` change
     applied too (said in place of the mode's reason)."""
@@ -79,7 +79,7 @@ def with_mode(kwargs: dict[str, Any], mode: str) -> tuple[dict[str, Any], str | 
     return kwargs, tried or why
 
 
-def _with_mode(kwargs: dict[str, Any], mode: str) -> tuple[dict[str, Any], str | None]:
+def _with_mode(kwargs: dict[str, object], mode: str) -> tuple[dict[str, object], str | None]:
     backend = kwargs.get("backend", "inductor")
     if backend != "inductor":
         name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)

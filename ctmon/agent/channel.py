@@ -13,7 +13,7 @@ large cap (reaching it means the supervisor has been stuck for minutes; the
 count is reported in a ``drops`` event). Step boundaries do not pass through
 the queues at all: they go to a shared-memory ring (ctmon/wire/ring.py), or,
 where no ring file can be made, to a ring in the job's memory that this
-thread reads at each flush (ctmon/agent/steps.py: StepRelay).
+thread reads at each flush (ctmon/agent/step_relay.py: StepRelay).
 """
 
 from __future__ import annotations

@@ -7,24 +7,26 @@ agent disables the agent, never the job.
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
-import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ctmon import _api
 from ctmon.agent.channel import Channel, connect
 from ctmon.agent.generation import GenerationWatch
-from ctmon.agent.rank_info import RankInfo, initialised_rank, launched_rank
-from ctmon.agent.steps import StepClock, StepRelay
+from ctmon.agent.process_event import process_event
+from ctmon.agent.rank_info import RankInfo, group_initialised, initialised_rank, own_rank
+from ctmon.agent.ring_file import create_ring, no_ring_note, ring_capacity
+from ctmon.agent.step_relay import StepRelay
+from ctmon.agent.steps import StepClock
 from ctmon.agent.trace import CAPTURE_SOURCE
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.agent.uncaught import uncaught_event
 from ctmon.wire import protocol
-from ctmon.wire.ring import DEFAULT_CAPACITY, StepRing
+from ctmon.wire.ring import StepRing
 
 ENV_SOCKET = "CTMON_AGENT_SOCKET"
 ENV_SESSION = "CTMON_SESSION"
@@ -50,8 +52,12 @@ class Agent:
         self.channel.counting = self.clock.counting
         self.torch_installed = False
         self.optimizer_hook: Any = None  # torch's RemovableHandle, once installed
-        self._periodic_hooks: list[Any] = [self.clock.end_count]  # ends the clock's counting stretches
-        self.final_hooks: list[Any] = []  # their events are sent at exit, whatever their pace
+        self._periodic_hooks: list[Callable[[], list[protocol.Event]]] = [
+            self.clock.end_count
+        ]  # ends the clock's counting stretches
+        self.final_hooks: list[
+            Callable[[], list[protocol.Event]]
+        ] = []  # their events are sent at exit, whatever their pace
         # A process that claims its connection once it is a rank (pending.py,
         # or a forked child): where to connect, and whether it was forked.
         self.socket_path: str | None = None
@@ -60,8 +66,8 @@ class Agent:
         # A process ctmon joined while it ran (ctmon/agent/join.py): asked
         # at each flush whether the supervisor wants it gone, then it leaves.
         self.joined = False
-        self.leave_requested: Any = None
-        self.on_leave: Any = None
+        self.leave_requested: Callable[[], bool] | None = None
+        self.on_leave: Callable[[], None] | None = None
         self.trace_level_before: int | None = None
 
     # ---- records -> events (sender thread) ----
@@ -179,7 +185,7 @@ class Agent:
             ch.records.clear()
             self.clock.stop()
 
-    def _go_dormant(self, socket_path: str, sampler: Any, in_parents_group: bool) -> None:
+    def _go_dormant(self, socket_path: str, sampler: object, in_parents_group: bool) -> None:
         self.forked = True
         self.anchor_ns, self.anchor_wall = time.perf_counter_ns(), time.time()
         # The parent's sampler, rank watch and step relay hold the parent's
@@ -193,7 +199,7 @@ class Agent:
         self.channel.dormant = self._wake
         self.channel.disabled = False
 
-    def _parents_hook(self, hook: Any, sampler: Any) -> bool:
+    def _parents_hook(self, hook: Callable[[], list[protocol.Event]], sampler: object) -> bool:
         owner = getattr(hook, "__self__", None)
         return hook == self._rank_once_initialised or owner is sampler or isinstance(owner, StepRelay)
 
@@ -251,14 +257,14 @@ class Agent:
             return hello
         ring: StepRing | None
         try:
-            path, ring = _create_ring(session_dir)
+            path, ring = create_ring(session_dir)
             hello["step_ring"] = path
         except OSError as e:
             # no room for the file (ENOSPC, ``ulimit -f``): the boundaries
             # take the socket, and the user is told why
             hello["step_ring_error"] = e.strerror or str(e)
             ring = self._relay_ring()
-            self.emit(_no_ring_note(session_dir, e, ring is not None))
+            self.emit(no_ring_note(session_dir, e, ring is not None))
         if ring is not None:
             if later:
                 self.clock.attach_later(ring)
@@ -268,7 +274,7 @@ class Agent:
 
     def _relay_ring(self) -> StepRing | None:
         """A ring in the job's own memory, whose boundaries the sender
-        thread sends on the socket (steps.StepRelay)."""
+        thread sends on the socket (step_relay.StepRelay)."""
         try:
             ring = StepRing.private(ring_capacity())
         except (OSError, ValueError, OverflowError):
@@ -357,34 +363,16 @@ class Agent:
 EXEC_FLUSH_TIMEOUT_S = 2.0
 
 
-def _flushing_exec(real: Any, agent: Agent) -> Any:
+def _flushing_exec(real: Callable[..., object], agent: Agent) -> Callable[..., object]:
     import functools
 
     @functools.wraps(real)
-    def execv(*args: Any, **kwargs: Any) -> Any:
+    def execv(*args: object, **kwargs: object) -> object:
         agent.flush_before_exec()
         return real(*args, **kwargs)
 
     execv._ctmon_wrapped = True  # type: ignore[attr-defined]
     return execv
-
-
-def _no_ring_note(session_dir: str, error: OSError, relayed: bool) -> protocol.Event:
-    """What the user reads: the ring's directory, why, what it costs, what to do."""
-    where = os.path.dirname(os.path.normpath(session_dir))
-    then = (
-        "step boundaries go through ctmon's socket instead (a SIGKILL loses the last half-second of them)"
-        if relayed
-        else "step boundaries are not recorded"
-    )
-    if error.errno == errno.EFBIG:
-        fix = "raise the file-size limit (ulimit -f)"
-    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free space there or set CTMON_RUNTIME_DIR"
-    else:
-        fix = "set CTMON_RUNTIME_DIR to another directory"
-    message = f"cannot make the step ring in {where} ({error.strerror or error}): {then}; {fix}"
-    return {"kind": protocol.NOTE, "t": time.time(), "level": "warning", "source": "agent", "message": message}
 
 
 def unseen_note(compiles: int, forked: bool) -> protocol.Event:
@@ -405,92 +393,3 @@ def unseen_note(compiles: int, forked: bool) -> protocol.Event:
         "message": message,
         "missing_compiles": compiles,
     }
-
-
-def group_initialised() -> bool:
-    """Whether this process has a default process group (a forked child
-    inherits its parent's). Module state only: safe in a fork handler."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        return dist is not None and bool(dist.is_available()) and bool(dist.is_initialized())
-    except Exception:
-        return False
-
-
-def _create_ring(session_dir: str) -> tuple[str, StepRing]:
-    """A fresh ring file: a process that exec'd into another Python program
-    keeps its pid, and its new agent must not collide with the old ring."""
-    pid = os.getpid()
-    for n in range(100):
-        path = os.path.join(session_dir, f"steps-{pid}.ring" if n == 0 else f"steps-{pid}-{n}.ring")
-        try:
-            return path, StepRing.create(path, ring_capacity())
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free step ring name for pid {pid}")
-
-
-def _argv() -> list[str]:
-    # Under ``python -m`` the agent starts before runpy has put the module's
-    # path into argv[0]; name the module the way the command line does.
-    argv = list(sys.argv)
-    orig = getattr(sys, "orig_argv", None)
-    if argv[:1] == ["-m"] and orig and "-m" in orig:
-        i = orig.index("-m")
-        argv = orig[i : i + 2] + argv[1:]
-    return argv
-
-
-def ring_capacity() -> int:
-    """CTMON_STEP_RING_CAPACITY (a power of two, 64 .. 2^24) or the default 2^20."""
-    raw = os.environ.get("CTMON_STEP_RING_CAPACITY", "")
-    if raw.isdigit():
-        n = int(raw)
-        if 64 <= n <= 1 << 24 and n & (n - 1) == 0:
-            return n
-    return DEFAULT_CAPACITY
-
-
-def process_event(anchor_ns: int, anchor_wall: float, rank: RankInfo | None = None) -> protocol.Event:
-    """The hello; ``rank`` when the process learnt it from its process group,
-    else the one its launcher gave it (RANK, WORLD_SIZE), if any."""
-    if rank is None:
-        rank = launched_rank()
-    ev: protocol.Event = {
-        "kind": protocol.PROCESS,
-        "t": anchor_wall,
-        "pid": os.getpid(),
-        "ppid": os.getppid(),
-        "argv": [protocol.clip(a, 2000) for a in _argv()[:200]],
-        "executable": sys.executable,
-        "python": sys.version.split()[0],
-        "cwd": os.getcwd(),
-        "clock": {"perf_ns": anchor_ns, "wall": anchor_wall},
-    }
-    if rank is not None:
-        ev["rank"] = rank.rank
-        if rank.world_size is not None:
-            ev["world_size"] = rank.world_size
-        if rank.local_rank is not None:
-            ev["local_rank"] = rank.local_rank
-        ev["host"] = protocol.clip(socket.gethostname(), 255)
-        job = job_identity()
-        if job:
-            ev["job"] = protocol.clip(job, 500)
-    return ev
-
-
-def job_identity() -> str | None:
-    """Which job a rank belongs to, the same on every node: where its ranks
-    meet (MASTER_ADDR:MASTER_PORT) and torchrun's run id."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    run = os.environ.get("TORCHELASTIC_RUN_ID")
-    if not (addr and port) and not run:
-        return None
-    return f"{addr or '?'}:{port or '?'}" + (f"/{run}" if run else "")
-
-
-def own_rank() -> int | None:
-    """This process's rank, when a launcher started it as one (RANK, WORLD_SIZE)."""
-    rank = launched_rank()
-    return rank.rank if rank is not None else None

@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -61,11 +61,11 @@ COUNTS_EVERY_S = 5.0  # cumulative counts are sent at most this often (and at ex
 Emit = Callable[[protocol.Event], None]
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
+def _arg(args: tuple[Any, ...], kwargs: dict[str, object], i: int, name: str) -> Any:
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-def input_sizes(inputs: Any, static: Any) -> tuple[list[list[int]], list[int]]:
+def input_sizes(inputs: Iterable[object] | None, static: Iterable[int] | None) -> tuple[list[list[int]], list[int]]:
     """The sizes of a call's inputs that are not static (the data, not the
     parameters and buffers the graph keeps at fixed addresses): tensor
     shapes, and the int inputs a graph with dynamic shapes takes (its
@@ -88,7 +88,7 @@ def input_sizes(inputs: Any, static: Any) -> tuple[list[list[int]], list[int]]:
     return shapes, ints
 
 
-def describe(manager: Any, function_id: Any, inputs: Any) -> dict[str, Any]:
+def describe(manager: object, function_id: object, inputs: Iterable[object] | None) -> dict[str, object]:
     """What the manager knows of one of its functions, as event fields."""
     cid = getattr(manager, "id_to_compile_id", {}).get(function_id)  # torch >= 2.6
     mode = getattr(manager, "id_to_mode", {}).get(function_id)
@@ -120,7 +120,7 @@ class CudagraphObserver:
 
     # ---- on the job's thread, around PyTorch's methods ----
 
-    def warmup(self, manager: Any, function_id: Any, inputs: Any) -> dict[str, Any] | None:
+    def warmup(self, manager: object, function_id: object, inputs: Iterable[object] | None) -> dict[str, object] | None:
         """Before ``run_eager``: the fields of a first warm-up, or None for an
         eager run of a warm function (counted, not sent)."""
         if function_id in getattr(manager, "warmed_up_functions", ()):
@@ -128,11 +128,11 @@ class CudagraphObserver:
             return None
         return describe(manager, function_id, inputs)
 
-    def recording(self, manager: Any, function_id: Any, inputs: Any) -> dict[str, Any]:
+    def recording(self, manager: object, function_id: object, inputs: Iterable[object] | None) -> dict[str, object]:
         """Before ``record_function``."""
         return describe(manager, function_id, inputs)
 
-    def done(self, event: str, fields: dict[str, Any], t: float, dur_s: float, manager: Any = None) -> None:
+    def done(self, event: str, fields: dict[str, object], t: float, dur_s: float, manager: object = None) -> None:
         """After PyTorch's call returned (one that raised is not counted)."""
         if event == "record":
             self.recordings += 1

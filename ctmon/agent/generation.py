@@ -3,7 +3,7 @@
 A Hugging Face ``generate()`` runs the model's forward once per token: a
 prefill over the prompt, then one decode call per new token. Where that
 forward is compiled, each top-level call is a step boundary
-(steps.StepClock.call_hook), so the step series mixes prompts, first tokens
+(step_hooks.call_hook), so the step series mixes prompts, first tokens
 and decode tokens. This module tells, per compiled call, whether it runs
 inside a ``generate()`` and inside its prefill, and sends one ``generation``
 event per ``generate()`` call: how many calls were prefill and decode, the
@@ -43,35 +43,35 @@ cost less than two looks' time).
 
 from __future__ import annotations
 
-import inspect
-import linecache
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Sized
 from types import CodeType, FrameType, ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ctmon.agent.channel import Channel
-from ctmon.agent.paths import is_own_file
+from ctmon.agent.generation_frames import MAX_DEPTH, function_code, is_compiled_code, monitor_starts, user_line
 from ctmon.wire import protocol
 
-MAX_DEPTH = 200  # frames walked up from a compiled call
 CONFIG_LOCAL = "generation_config"  # generate()'s own copy of its settings
 MAX_KINDS = 50_000  # code objects whose kind is kept (as the sampler's, ctmon/agent/hotness.py)
 MIN_LOOKS = 2  # looks at one generate() call before it is told to run eager
-# Frames that mean compiled code runs (or is being compiled) at a look: a
-# frame Dynamo replaced loads a ``__compiled_fn``; these run graphs or compile.
-_COMPILED_FILES = (
-    "/torch/_functorch/_aot_autograd/",
-    "/torch/_inductor/",
-    "/torch/fx/graph_module.py",
-    "/torch/_dynamo/convert_frame.py",
-    "/torch/_dynamo/symbolic_convert.py",
-)
 
 _now = time.perf_counter_ns
+
+
+class CallCounts(Protocol):
+    """The compiled graphs' call counters (graph_calls.GraphCalls): (key, calls, ns) per graph."""
+
+    @property
+    def on(self) -> bool | None: ...
+
+    @property
+    def frames(self) -> Sized: ...
+
+    def read(self) -> Sequence[tuple[object, int, int]]: ...
 
 
 class _Open:
@@ -86,7 +86,7 @@ class _Open:
         self.i0 = -1  # step index of the first decode call
         self.i1 = -1
         self.first_decode_ns: int | None = None
-        self.ref: Any = None
+        self.ref: Any = None  # a weak reference to its GenerationConfig (None until begun)
         self.depth = -1  # frames from a decode call's caller up to this generate() frame
         self.done = False  # its event was sent (when the next call began, or its config died)
 
@@ -102,9 +102,9 @@ class _Eager:
         self.calls = calls  # compiled graph calls, all frames, at the first look
         self.looks = 1
         self.compiled = False  # a look landed in compiled code or Dynamo's compiler
-        self.ref: Any = None
+        self.ref: Any = None  # a weak reference to its GenerationConfig (None until begun)
         self.done = False
-        self.site: dict[str, Any] = {}  # the user's line that called generate()
+        self.site: dict[str, object] = {}  # the user's line that called generate()
         self.model = ""
         self.name: str | None = None  # the user's name of the original module, where the calling frame has one
 
@@ -120,7 +120,7 @@ class GenerationWatch:
         self.armed = False
         # The compiled graphs' call counters (graph_calls.GraphCalls), set
         # where torch is hooked; None (CTMON_HOTNESS=0): an eager generate() is not told.
-        self.graphs: Any = None
+        self.graphs: CallCounts | None = None
         self._eager: _Eager | None = None
         self._kinds: dict[int, tuple[bool, CodeType]] = {}  # id(code) -> (compiled code?, code)
 
@@ -128,16 +128,16 @@ class GenerationWatch:
 
     def arm(self, module: ModuleType) -> bool:
         mixin = getattr(module, "GenerationMixin", None)
-        generate = _code(getattr(mixin, "generate", None))
+        generate = function_code(getattr(mixin, "generate", None))
         if generate is None:
             return False
         self._generate = generate
-        self._prefill = _code(getattr(mixin, "_prefill", None))
+        self._prefill = function_code(getattr(mixin, "_prefill", None))
         self.armed = True
-        _monitor_starts(generate, self._on_start)
+        monitor_starts(generate, self._on_start)
         return True
 
-    def _on_start(self, code: CodeType, offset: int) -> Any:
+    def _on_start(self, code: CodeType, offset: int) -> object:
         if self._open is None:  # a nested generate() (assisted decoding's) is part of the outer one
             self._started_ns = _now()
         return None
@@ -219,10 +219,10 @@ class GenerationWatch:
         cur.i1 = idx
         cur.decode += 1
 
-    def _ended(self, cur: _Open) -> Callable[[Any], None]:
+    def _ended(self, cur: _Open) -> Callable[[object], None]:
         # Runs where the GenerationConfig is freed -- generate() returning, on
         # the job's thread: one clock read and one append, never raises.
-        def ended(_ref: Any) -> None:
+        def ended(_ref: object) -> None:
             try:
                 self._finish(cur, _now())
             except Exception:
@@ -263,7 +263,7 @@ class GenerationWatch:
             pass  # a look must never disturb the job
         return []
 
-    def _look(self, graphs: Any) -> None:
+    def _look(self, graphs: CallCounts) -> None:
         frame = sys._current_frames().get(threading.main_thread().ident or -1)
         found, compiled = self._find_eager(frame)
         del frame
@@ -284,7 +284,7 @@ class GenerationWatch:
         new.compiled = compiled
         model = found.f_locals.get("self")
         new.model = protocol.clip(type(model).__name__, 200) or "?"
-        new.site, new.name = _user_line(found.f_back, model)
+        new.site, new.name = user_line(found.f_back, model)
         del model
         try:
             new.ref = weakref.ref(config, self._eager_ended(new))
@@ -315,15 +315,15 @@ class GenerationWatch:
         known = self._kinds.get(id(code))
         if known is not None:
             return known[0]
-        kind = _is_compiled(code)
+        kind = is_compiled_code(code)
         if len(self._kinds) < MAX_KINDS:
             self._kinds[id(code)] = (kind, code)
         return kind
 
-    def _eager_ended(self, cur: _Eager) -> Callable[[Any], None]:
+    def _eager_ended(self, cur: _Eager) -> Callable[[object], None]:
         # Runs where generate()'s GenerationConfig is freed (as _ended does):
         # on whichever thread drops it last, so it only appends a record.
-        def ended(_ref: Any) -> None:
+        def ended(_ref: object) -> None:
             try:
                 self._eager_finish(cur, _now())
             except Exception:
@@ -380,74 +380,5 @@ class GenerationWatch:
         }
 
 
-def _is_compiled(code: CodeType) -> bool:
-    f = code.co_filename
-    return (
-        any(n.startswith("__compiled_fn") for n in code.co_names)
-        or any(p in f for p in _COMPILED_FILES)
-        or "torchinductor" in f
-        or f.startswith("<eval_with_key>")
-    )
-
-
-def _total_calls(graphs: Any) -> int:
+def _total_calls(graphs: CallCounts) -> int:
     return sum(calls for _key, calls, _ns in graphs.read())
-
-
-def _user_line(frame: FrameType | None, model: Any) -> tuple[dict[str, Any], str | None]:
-    """The first frame of the user's own code above generate(): the line
-    that called it (through a Trainer or a pipeline, the user's line into
-    it), and the name that frame gives the original module."""
-    depth = 0
-    while frame is not None and depth < MAX_DEPTH and not is_own_file(frame.f_code.co_filename):
-        frame, depth = frame.f_back, depth + 1
-    if frame is None or depth >= MAX_DEPTH:
-        return {}, None
-    file, line = frame.f_code.co_filename, frame.f_lineno
-    site: dict[str, Any] = {"file": file, "line": line}
-    code = linecache.getline(file, line).strip()
-    if code:
-        site["code"] = protocol.clip(code, 300)
-    return site, _name_of(frame, model)
-
-
-def _name_of(frame: FrameType, model: Any) -> str | None:
-    """A name the frame binds to ``model`` itself (not to a compiled wrapper
-    of it, whose ``forward`` is not the one generate() calls)."""
-    for scope in (frame.f_locals, frame.f_globals):
-        for name, value in list(scope.items()):
-            if value is model and isinstance(name, str) and name.isidentifier():
-                return protocol.clip(name, 100)
-    return None
-
-
-def _code(fn: Any) -> CodeType | None:
-    """The code object a (decorated) function runs: generate() is wrapped by
-    ``torch.no_grad()``, whose frame is not the one that holds the locals."""
-    if fn is None:
-        return None
-    try:
-        code = getattr(inspect.unwrap(fn), "__code__", None)
-    except ValueError:
-        return None
-    return code if isinstance(code, CodeType) else None
-
-
-def _monitor_starts(code: CodeType, callback: Callable[[CodeType, int], Any]) -> bool:
-    """sys.monitoring's PY_START on one code object (Python 3.12+)."""
-    mon: Any = getattr(sys, "monitoring", None)
-    if mon is None:
-        return False
-    for tool in (4, 3, 5):  # ids no debugger, coverage tool or profiler claims by convention
-        try:
-            mon.use_tool_id(tool, "ctmon")
-        except ValueError:
-            continue  # taken
-        try:
-            mon.register_callback(tool, mon.events.PY_START, callback)
-            mon.set_local_events(tool, code, mon.events.PY_START)
-            return True
-        except Exception:
-            mon.free_tool_id(tool)
-            return False
-    return False

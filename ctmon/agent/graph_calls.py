@@ -282,7 +282,7 @@ class GraphCalls:
         self.timing = timing
 
 
-def _graph_names(local: dict[str, Any], scope: dict[str, Any]) -> list[str]:
+def _graph_names(local: dict[str, object], scope: dict[str, object]) -> list[str]:
     """The graph names this compile installed: those its new bytecode loads.
 
     Not every unwrapped name in the module: a graph whose compile ended

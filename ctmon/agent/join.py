@@ -19,14 +19,18 @@ import os
 import socket
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctmon.wire import protocol
+
+if TYPE_CHECKING:
+    from ctmon.agent.channel import Channel
+    from ctmon.agent.core import Agent
 
 JOINED = "joined"
 MAX_FRAMES = 200  # frames listed in the joined event; the count says how many more
 MAX_COUNTER_KEYS = 50  # keys kept of each Dynamo counter group
-_agent: Any = None  # the joined agent, while joined: a second join finds it
+_agent: Agent | None = None  # the joined agent, while joined: a second join finds it
 
 
 def join(socket_path: str, session_dir: str) -> None:
@@ -55,7 +59,7 @@ def _join(socket_path: str, session_dir: str) -> None:
     agent.on_leave = lambda: leave(agent)
 
 
-def _seed_strings(agent: Any) -> None:
+def _seed_strings(agent: Agent) -> None:
     """PyTorch's trace names each file once, by number, the first time it
     logs it: the files it named before the join are read from its table."""
     structured = sys.modules.get("torch._logging.structured")
@@ -93,7 +97,7 @@ def _say_already(socket_path: str) -> None:
 
 
 def _hello() -> protocol.Event:
-    from ctmon.agent.core import process_event
+    from ctmon.agent.process_event import process_event
 
     return process_event(time.perf_counter_ns(), time.time())
 
@@ -102,7 +106,7 @@ class _LeaveWatch:
     """Whether the supervisor asked the agent to leave: it shut its side of
     the connection (or it is gone). One non-blocking peek per flush."""
 
-    def __init__(self, channel: Any) -> None:
+    def __init__(self, channel: Channel) -> None:
         self.channel = channel
 
     def __call__(self) -> bool:
@@ -118,7 +122,7 @@ class _LeaveWatch:
         return data == b""
 
 
-def leave(agent: Any) -> None:
+def leave(agent: Agent) -> None:
     """Take out what the agent put into the job (on the sender thread).
 
     Each undo is on its own: one that fails leaves the others done."""
@@ -150,13 +154,13 @@ def leave(agent: Any) -> None:
     boot._started = False  # the process may be joined again
 
 
-def _undo_api(agent: Any) -> None:
+def _undo_api(agent: Agent) -> None:
     from ctmon import _api
 
     _api._step_impl = None
 
 
-def _undo_trace_handler(agent: Any) -> None:
+def _undo_trace_handler(agent: Agent) -> None:
     from ctmon.agent.trace import TraceHandler
 
     logger = logging.getLogger("torch.__trace")
@@ -168,7 +172,7 @@ def _undo_trace_handler(agent: Any) -> None:
         logger.setLevel(level)
 
 
-def _undo_optimizer_hook(agent: Any) -> None:
+def _undo_optimizer_hook(agent: Agent) -> None:
     agent.clock.set_global_hook(None)  # a compiled call under way puts nothing back
     handle = agent.optimizer_hook
     if handle is not None:
@@ -176,14 +180,14 @@ def _undo_optimizer_hook(agent: Any) -> None:
         agent.optimizer_hook = None
 
 
-def _undo_torch_compile(agent: Any) -> None:
+def _undo_torch_compile(agent: Agent) -> None:
     torch: Any = sys.modules.get("torch")
     original = getattr(getattr(torch, "compile", None), "__ctmon_wrapped__", None)
     if torch is not None and original is not None:
         torch.compile = original
 
 
-def _undo_graph_wrappers(agent: Any) -> None:
+def _undo_graph_wrappers(agent: Agent) -> None:
     """Compiled graphs wrapped to count their calls get Dynamo's own back."""
     graphs = getattr(agent.clock.each_second, "__self__", None)
     agent.clock.each_second = None
@@ -198,20 +202,20 @@ def _undo_graph_wrappers(agent: Any) -> None:
         graphs.on = False
 
 
-def _undo_import_watchers(agent: Any) -> None:
+def _undo_import_watchers(agent: Agent) -> None:
     from ctmon.agent.torch_hooks import ImportWatcher
 
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ImportWatcher)]
 
 
-def _undo_exec_wrappers(agent: Any) -> None:
+def _undo_exec_wrappers(agent: Agent) -> None:
     for name in ("execv", "execve"):
         fn = os.__dict__.get(name)
         if getattr(fn, "_ctmon_wrapped", False):
             os.__dict__[name] = fn.__wrapped__  # type: ignore[union-attr]
 
 
-def _undo_module_wrappers(agent: Any) -> None:
+def _undo_module_wrappers(agent: Agent) -> None:
     """Functions of PyTorch's modules that the agent wrapped (the CUDA-graph skips)."""
     for module_name in ("torch._inductor.cudagraph_utils",):
         module = sys.modules.get(module_name)
@@ -221,7 +225,7 @@ def _undo_module_wrappers(agent: Any) -> None:
                 setattr(module, attr, original)
 
 
-def _undo_cudagraph_trees(agent: Any) -> None:
+def _undo_cudagraph_trees(agent: Agent) -> None:
     """CUDA-graph trees' manager methods the agent observes (mode="reduce-overhead")."""
     module = sys.modules.get("torch._inductor.cudagraph_trees")
     cls = getattr(module, "CUDAGraphTreeManager", None)
@@ -231,7 +235,7 @@ def _undo_cudagraph_trees(agent: Any) -> None:
             setattr(cls, name, original)
 
 
-def _undo_library_log(agent: Any) -> None:
+def _undo_library_log(agent: Agent) -> None:
     from ctmon.agent.library_log import LOGGER, LibraryLog
 
     logger = logging.getLogger(LOGGER)
@@ -240,7 +244,7 @@ def _undo_library_log(agent: Any) -> None:
             logger.removeHandler(h)
 
 
-def _undo_monitoring(agent: Any) -> None:
+def _undo_monitoring(agent: Agent) -> None:
     """The sys.monitoring tool that times generate() (Python 3.12+, transformers)."""
     mon: Any = getattr(sys, "monitoring", None)
     generation = agent.generation
@@ -288,7 +292,7 @@ def joined_event() -> protocol.Event:
     }
 
 
-def _compiled_frames() -> dict[str, Any]:
+def _compiled_frames() -> dict[str, object]:
     """The code objects Dynamo has compiled (its own registry of what it saw)
     and how many compiled versions (cache entries) each holds now."""
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
@@ -342,9 +346,9 @@ def _counters() -> dict[str, dict[str, int]]:
     return out
 
 
-def _config() -> dict[str, Any]:
+def _config() -> dict[str, bool | int | float | str]:
     cfg = sys.modules["torch._dynamo.config"]
-    out: dict[str, Any] = {}
+    out: dict[str, bool | int | float | str] = {}
     for name in (
         "recompile_limit",
         "accumulated_recompile_limit",
@@ -369,12 +373,12 @@ def _compile_times() -> dict[str, float]:
     }
 
 
-def _compilations() -> dict[str, Any]:
+def _compilations() -> dict[str, object]:
     """How many compiles PyTorch's own metrics kept, and the last one's gist."""
     from torch._dynamo import utils
 
     kept = list(getattr(utils, "_compilation_metrics", ()))
-    out: dict[str, Any] = {"kept": len(kept)}
+    out: dict[str, object] = {"kept": len(kept)}
     if kept:
         last = kept[-1]
         gist = {}

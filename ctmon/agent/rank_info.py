@@ -48,3 +48,19 @@ def initialised_rank() -> RankInfo | None:
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else None
+
+
+def group_initialised() -> bool:
+    """Whether this process has a default process group (a forked child
+    inherits its parent's). Module state only: safe in a fork handler."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and bool(dist.is_available()) and bool(dist.is_initialized())
+    except Exception:
+        return False
+
+
+def own_rank() -> int | None:
+    """This process's rank, when a launcher started it as one (RANK, WORLD_SIZE)."""
+    rank = launched_rank()
+    return rank.rank if rank is not None else None

@@ -10,7 +10,7 @@ Three sources, by precedence (see protocol.STEP_RANK):
   A compiled ``optimizer.step`` counts as that optimizer's step.
 
 None of them changes what the job runs: no wrapper around user or compiled
-code, nothing Dynamo traces into (see ``optimizer_hook`` and ``call_hook``).
+code, nothing Dynamo traces into (see ctmon/agent/step_hooks.py).
 
 Once a higher-ranked source shows up, lower ones are ignored from then on
 and the switch is recorded, so the viewer can drop the lower series.
@@ -53,8 +53,6 @@ from ctmon.wire.ring import (
     W_INDEX,
     W_SOURCE,
     W_SOURCE_AT,
-    RingReader,
-    StepDecoder,
     StepRing,
     set_anchor,
 )
@@ -78,17 +76,17 @@ TIMED_NS = 250_000_000
 _now = time.perf_counter_ns
 
 
-def _always_alive() -> bool:
+def always_alive() -> bool:
     return True
 
 
-def liveness(obj: Any) -> Callable[[], Any]:
+def liveness(obj: object) -> Callable[[], object]:
     """A weak reference's call (None once ``obj`` is gone); where ``obj``
     takes none, it counts as alive for good."""
     try:
         return weakref.ref(obj)
     except TypeError:
-        return _always_alive
+        return always_alive
 
 
 class StepClock:
@@ -138,12 +136,12 @@ class StepClock:
         # anew (a sweep, a resized model) hands the clock to its own once the
         # old one is gone, while a second live one (a GAN's) is ignored.
         self._opt_key: int | None = None
-        self._opt_ref: Callable[[], Any] = _always_alive
-        self._hooks: dict[Any, Any] | None = None  # torch's global optimizer post-hooks
-        self._hook_id: Any = None
-        self._hook_fn: Any = None
+        self._opt_ref: Callable[[], object] = always_alive
+        self._hooks: dict[object, object] | None = None  # torch's global optimizer post-hooks
+        self._hook_id: object = None
+        self._hook_fn: object = None
         self._call_key: int | None = None
-        self._call_ref: Callable[[], Any] = _always_alive
+        self._call_ref: Callable[[], object] = always_alive
         self._next_check = 0
         self.timer: DeviceTimer | None = None
         # Returns a DeviceTimer once the job has initialised CUDA, else None.
@@ -169,7 +167,7 @@ class StepClock:
         # none. Its boundaries, not yet in the ring, and the last one's
         # time; when it began; and (time, count) at the last check, for the rate.
         self._counting = -1
-        self._counting_opt: Any = None
+        self._counting_opt: object = None
         self._counted = 0
         self._counted_at = 0
         self._count_since = 0
@@ -202,8 +200,8 @@ class StepClock:
         self._w = self._base = 0
         self.rank, self._later, self.timer, self._next_check = -1, None, None, 0
         self._counting_opt, self._counting, self._counted, self._rate_at = None, -1, 0, None
-        self._opt_key, self._opt_ref = None, _always_alive
-        self._call_key, self._call_ref = None, _always_alive
+        self._opt_key, self._opt_ref = None, always_alive
+        self._call_key, self._call_ref = None, always_alive
         # the child's own boundaries start at 0: its numbers are said afresh
         self._numbered_rank, self._numbered_offset, self._numbers_said = -1, 0, 0
 
@@ -293,7 +291,7 @@ class StepClock:
         """A counting stretch is under way (any thread may ask)."""
         return self._counting >= 0
 
-    def end_count(self) -> list[Any]:
+    def end_count(self) -> list[protocol.Event]:
         """On the sender thread, at each flush: end a counting stretch that
         has run COUNT_NS (the next boundary writes it into the ring)."""
         if self._counting >= 0 and _now() - self._count_since >= COUNT_NS:
@@ -357,7 +355,7 @@ class StepClock:
 
     # ---- the sources ----
 
-    def api_step(self, n: Any = None) -> None:
+    def api_step(self, n: object = None) -> None:
         self.mark(RANK_API)
         if n is not None:
             self.number(RANK_API, n)
@@ -384,196 +382,8 @@ class StepClock:
         event = {"kind": protocol.STEP_NUMBER, "t": time.time(), "src": _NAMES[rank], "i": i, "n": n}
         self.ch.put(("event", event))
 
-    def optimizer_hook(self) -> Callable[[Any, Any, Any], None]:
-        """The global optimizer step post-hook.
-
-        While a compiled call that may step an optimizer runs (a compiled
-        function or ``opt.step``, not a module's forward), the hook is out of
-        PyTorch's hook dict (``call_hook``), so Dynamo, tracing a compiled
-        ``opt.step``, sees the dict the plain program has. Should it trace the hook anyway (code
-        compiled outside ``torch.compile``), ``is_dynamo_compiling()`` comes first
-        and is a closure cell, not an attribute of ours: Dynamo folds it to
-        True and the hook vanishes -- no graph break, no guard on our state.
-        The first optimizer that steps is the clock, until it is gone.
-        """
-        is_compiling = self.is_compiling
-        clock = self
-        mark = self.mark
-        now = _now
-
-        def optimizer_step_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if is_compiling():
-                return
-            if clock._counting_opt is optimizer:
-                # mark's counting stretch, in as little code as it takes:
-                # cold, each line of it costs (benchmarks/hook_calls.py cold)
-                clock._counted += 1
-                clock._counted_at = now()
-                return
-            if clock.depth or clock.rank > RANK_OPTIMIZER:
-                return  # a compiled call in progress marks its own boundary
-            key = id(optimizer)
-            if clock._opt_key != key:
-                if clock._opt_key is not None and clock._opt_ref() is not None:
-                    return  # a second optimizer (a GAN's) would double the count
-                clock._opt_key, clock._opt_ref = key, liveness(optimizer)
-                mark(RANK_OPTIMIZER)
-                # the clock's optimizer, at its first step here: its own count
-                # numbers the steps (a resumed run's goes on from its checkpoint's)
-                count = optimizer_step_count(optimizer)
-                if count is not None:
-                    clock.number(RANK_OPTIMIZER, count)
-                return
-            mark(RANK_OPTIMIZER)
-
-        return optimizer_step_post_hook
-
-    def set_global_hook(self, hooks: dict[Any, Any] | None, hook_id: Any = None) -> None:
+    def set_global_hook(self, hooks: dict[object, object] | None, hook_id: object = None) -> None:
         """Where the optimizer hook is registered (torch's global post-hook
         dict and its key), so compiled calls can take it out for their run."""
         self._hooks, self._hook_id = hooks, hook_id
         self._hook_fn = hooks.get(hook_id) if hooks is not None else None
-
-    def call_hook(
-        self,
-        key: int,
-        rank: int = RANK_COMPILED,
-        hands_off: bool = True,
-        owner: list[Any] | None = None,
-        ref: Callable[[], Any] = _always_alive,
-    ) -> Callable[[], Callable[[], None]]:
-        """An enter hook for one compiled callable: counts its top-level calls.
-
-        PyTorch's own wrapper around a compiled callable runs a context's
-        ``enter_exit_hooks`` before each call and the cleanups they return after
-        it, in eager Python. A hook there adds no frame to the call's stack, and
-        Dynamo never traces it (a compiled callable called from traced code is
-        inlined past the wrapper). ``rank`` is RANK_OPTIMIZER for a compiled
-        ``optimizer.step`` (then ``key`` is the optimizer's id), else
-        RANK_COMPILED: the first callable called at top level is the clock.
-
-        With ``hands_off``, for the call's duration the global optimizer hook
-        is out of torch's dict: an optimizer step inside the call is part of
-        the call (one boundary), and Dynamo tracing ``opt.step`` sees no hook
-        of ours, so it compiles what the plain program compiles (a folded hook
-        would still leave a guarded empty graph where the plain run has none).
-        A compiled module's forward steps no optimizer, so its calls skip the
-        hand-off (two dict operations on data the step has long evicted from
-        the caches: most of the hook's cost, benchmarks/hook_cost.py), and
-        once a higher-ranked source is the clock the hook has nothing left to
-        do: after that call it takes itself out of ``owner`` (the enter-hook
-        list it was added to; source ranks never go down).
-        """
-        clock = self
-        mark = self.mark
-
-        def retire() -> None:
-            try:
-                if owner is not None and enter in owner:
-                    owner.remove(enter)
-            except Exception:
-                pass
-
-        def leave() -> None:
-            clock.depth = 0
-            hooks = clock._hooks
-            if hands_off and hooks is not None and clock._hook_fn is not None:
-                hooks[clock._hook_id] = clock._hook_fn
-
-        def enter() -> Callable[[], None]:
-            if clock.depth:
-                return _nothing  # nested in another compiled call
-            if not hands_off and clock.rank > rank:
-                return retire  # the clock is elsewhere and this call steps no optimizer
-            try:
-                clock.depth = 1
-                hooks = clock._hooks
-                if hands_off and hooks is not None:
-                    hooks.pop(clock._hook_id, None)
-                if clock.rank > rank:
-                    return leave
-                first = False
-                if rank == RANK_OPTIMIZER:
-                    if clock._opt_key != key:
-                        if clock._opt_key is not None and clock._opt_ref() is not None:
-                            return leave
-                        clock._opt_key, clock._opt_ref = key, ref
-                        first = True
-                elif clock._call_key != key:
-                    if clock._call_key is not None and clock._call_ref() is not None:
-                        return leave  # not the loop's model
-                    clock._call_key, clock._call_ref = key, ref
-                mark(rank)
-                if first:
-                    # before its step: the step this boundary ends is the one after its count
-                    count = optimizer_step_count(ref())
-                    if count is not None:
-                        clock.number(RANK_OPTIMIZER, count + 1)
-                gen = clock.generation
-                if rank == RANK_COMPILED and gen is not None and gen.armed:
-                    gen.on_call(clock.count - 1, _now())
-            except Exception:
-                pass  # the user's call must go ahead regardless
-            return leave
-
-        return enter
-
-
-def _nothing() -> None:
-    return None
-
-
-def optimizer_step_count(optimizer: Any) -> int | None:
-    """The optimizer's own count of its steps, as most keep it (Adam's,
-    AdamW's, RMSprop's ``state[param]["step"]``): where it is a number or a
-    tensor on the CPU (one on the GPU would cost a sync to read). None where
-    it keeps none (SGD) or has not stepped yet."""
-    try:
-        state = optimizer.state
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                kept = state.get(param)
-                if not kept:
-                    continue
-                step = kept.get("step")
-                if isinstance(step, (int, float)) and not isinstance(step, bool):
-                    return int(step)
-                device = getattr(step, "device", None)
-                if type(step).__name__ == "Tensor" and getattr(device, "type", None) == "cpu" and step.numel() == 1:
-                    return int(step.item())
-                return None
-    except Exception:
-        return None  # an optimizer of its own kind: the count is ctmon's
-    return None
-
-
-class StepRelay:
-    """Boundaries sent on the agent's socket, where no ring file could be
-    made (a full or size-limited runtime directory: the agent's note says so).
-
-    The clock writes into a ring in the job's own memory exactly as into a
-    shared one (StepRing.private: the hot path is the same), and at each
-    flush the sender thread turns the new slots into ``steps`` events, as the
-    supervisor does with a shared ring (launch/intake.py). Boundaries the
-    thread did not read in time (a ring's worth while the socket was blocked)
-    are counted in a ``drops`` event of its own. A job killed by SIGKILL or
-    ``os._exit`` loses those since the last flush (a quarter to half a
-    second), which a shared ring would have kept."""
-
-    def __init__(self, ring: StepRing) -> None:
-        self.reader = RingReader(ring)
-        self.decoder = StepDecoder()
-        self.lost = 0  # boundaries lost so far (the drops event's count)
-
-    def drain(self) -> list[protocol.Event]:
-        """The boundaries written since the last call, as events (sender thread)."""
-        reader = self.reader
-        values, lost = reader.read()
-        if not values and not lost:
-            return []
-        now_wall, now_ns = time.time(), _now()
-        events = self.decoder.decode(values, lost, now_wall, now_ns, reader.start, reader.source(), reader.anchor())
-        if lost:
-            self.lost += self.decoder.lost_steps
-            events.append({"kind": protocol.DROPS, "t": now_wall, "steps": self.lost})
-        return events

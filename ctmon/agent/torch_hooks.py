@@ -42,6 +42,7 @@ from ctmon.agent.graph_calls import GraphCalls
 from ctmon.agent.hotness import Hotness
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
+from ctmon.agent.step_hooks import call_hook, optimizer_hook
 from ctmon.agent.steps import RANK_OPTIMIZER, liveness
 from ctmon.agent.trace import TraceHandler, TraceWatch, attach_first, attribute_module
 from ctmon.wire import protocol
@@ -221,7 +222,7 @@ def install(agent: Agent, torch: Any) -> None:
     if is_compiling is None:
         is_compiling = lambda: False  # noqa: E731 - torch < 2.3
     clock.is_compiling = is_compiling
-    agent.optimizer_hook = register_optimizer_step_post_hook(clock.optimizer_hook())
+    agent.optimizer_hook = register_optimizer_step_post_hook(optimizer_hook(clock))
     clock.set_global_hook(agent.optimizer_hook.hooks_dict_ref(), agent.optimizer_hook.id)
 
     # 3. compiled callables, for loops without an optimizer
@@ -251,7 +252,7 @@ def install(agent: Agent, torch: Any) -> None:
 def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
     """Wrap the *call* of torch.compile: it runs before any compile and leaves
     no frame behind. What it returned gets a hook in PyTorch's own per-call
-    enter hooks (steps.StepClock.call_hook); nothing else is wrapped."""
+    enter hooks (step_hooks.call_hook); nothing else is wrapped."""
     original = torch.compile
     if getattr(original, "__ctmon_wrapped__", None) is not None:
         return
@@ -295,14 +296,14 @@ def _wrap_torch_compile(agent: Agent, torch: Any) -> None:
                 return result
             owner = getattr(model, "__self__", None)
             if getattr(model, "__name__", "") == "step" and isinstance(owner, torch.optim.Optimizer):
-                hooks.append(clock.call_hook(id(owner), RANK_OPTIMIZER, ref=liveness(owner)))
+                hooks.append(call_hook(clock, id(owner), RANK_OPTIMIZER, ref=liveness(owner)))
             else:
                 # A module's forward steps no optimizer: its calls need not hand
-                # the optimizer hook off (steps.StepClock.call_hook).
+                # the optimizer hook off (step_hooks.call_hook).
                 module = isinstance(model, torch.nn.Module)
                 hooks.append(
-                    clock.call_hook(
-                        id(result), hands_off=not module, owner=hooks if module else None, ref=liveness(result)
+                    call_hook(
+                        clock, id(result), hands_off=not module, owner=hooks if module else None, ref=liveness(result)
                     )
                 )
         except Exception:

@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 from ctmon.agent.channel import Channel
 from ctmon.agent.phases import phase_of
@@ -106,7 +105,7 @@ class TraceHandler(logging.Handler):
     def __init__(
         self,
         channel: Channel,
-        attribute: Callable[[], dict[str, Any] | None],
+        attribute: Callable[[], dict[str, object] | None],
         on_compile_end: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(logging.DEBUG)
@@ -279,7 +278,7 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 100) % 100:02d}"
 
 
-def read_dynamo_config() -> dict[str, Any]:
+def read_dynamo_config() -> dict[str, object]:
     cfg = sys.modules.get("torch._dynamo.config")
     if cfg is None:
         return {}
@@ -310,7 +309,7 @@ CONFIG_KEYS = (
 CONFIG_STR_MAX = 200
 
 
-def read_config_in_force() -> dict[str, Any]:
+def read_config_in_force() -> dict[str, object]:
     """The values of ``CONFIG_KEYS`` in force on the calling (compiling)
     thread: torch keeps ``config.patch`` overrides per context, so this sees
     them. Scalars only (bool, int, float, str up to CONFIG_STR_MAX); about
@@ -320,7 +319,7 @@ def read_config_in_force() -> dict[str, Any]:
     if cfg is None:
         return {}
     entries = getattr(cfg, "_config", None)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name in CONFIG_KEYS:
         try:
             entry = entries.get(name) if isinstance(entries, dict) else None
@@ -338,7 +337,7 @@ def read_config_in_force() -> dict[str, Any]:
     return out
 
 
-def attribute_module() -> dict[str, Any] | None:
+def attribute_module() -> dict[str, object] | None:
     """Find the nn.Module whose call is being compiled, from the live stack.
 
     ``torch.compile(module)`` compiles a torch-internal wrapper frame, so the
@@ -359,7 +358,7 @@ def attribute_module() -> dict[str, Any] | None:
             cls = type(mod)
             fwd = getattr(cls, "forward", None)
             code = getattr(fwd, "__code__", None)
-            info: dict[str, Any] = {"module": cls.__qualname__}
+            info: dict[str, object] = {"module": cls.__qualname__}
             if code is not None:
                 info["module_file"] = code.co_filename
                 info["module_line"] = code.co_firstlineno

@@ -21,16 +21,16 @@ _NAME_TOKEN = re.compile(r"^[A-Za-z_][\w.]{0,60}(\(\))?\.?$")
 _URL = re.compile(r"(https?://\S+/(gb\d+)\.html)")
 
 
-def parse_graph_break(text: str) -> dict[str, Any]:
+def parse_graph_break(text: str) -> dict[str, object]:
     """Split Dynamo's graph-break text into location, reason and user stack."""
     lines = text.splitlines()
-    out: dict[str, Any] = {"file": None, "line": None}
+    out: dict[str, object] = {"file": None, "line": None}
     if lines:
         m = _GB_LOC.match(lines[0].strip())
         if m:
             out["file"], out["line"] = m.group(1), int(m.group(2))
     reason_lines: list[str] = []
-    stack: list[dict[str, Any]] = []
+    stack: list[dict[str, object]] = []
     section = "head"
     i = 0
     while i < len(lines):
@@ -50,7 +50,7 @@ def parse_graph_break(text: str) -> dict[str, Any]:
         elif section == "stack":
             m = _FRAME.match(ln)
             if m:
-                fr: dict[str, Any] = {"file": m.group(1), "line": int(m.group(2)), "name": m.group(3)}
+                fr: dict[str, object] = {"file": m.group(1), "line": int(m.group(2)), "name": m.group(3)}
                 if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) and lines[i + 1].strip():
                     fr["code"] = lines[i + 1].strip()
                     i += 1
@@ -115,7 +115,7 @@ def _reason_list(payload: str | None) -> list[str]:
     return [s]
 
 
-def recompile_reasons(payload: str | None) -> dict[str, Any]:
+def recompile_reasons(payload: str | None) -> dict[str, object]:
     """A ``recompile_reasons`` artifact's fields, bounded: PyTorch lists the
     failed guard of every cached version (n reasons on the n-th recompile);
     the event carries the kinds of them with their counts
@@ -158,7 +158,7 @@ class TraceConverter:
         # compile id -> the user's own line into it (a library's frame): a
         # break inside the compile whose own stack starts at the compiled
         # frame falls back to it; dropped when the compile ends
-        self._called: dict[str, dict[str, Any]] = {}
+        self._called: dict[str, dict[str, object]] = {}
 
     @staticmethod
     def compile_id(md: dict[str, Any]) -> str | None:
@@ -222,7 +222,7 @@ class TraceConverter:
             }
         return [ev] if ev is not None else []
 
-    def _dynamo_start(self, md: dict[str, Any], extra: Any, base: dict[str, Any]) -> protocol.Event:
+    def _dynamo_start(self, md: dict[str, Any], extra: Any, base: dict[str, object]) -> protocol.Event:
         raw = (md.get("dynamo_start") or {}).get("stack") or []
         stack = []
         for fr in raw:
@@ -266,7 +266,7 @@ class TraceConverter:
         return ev
 
     @staticmethod
-    def _phase(payload: Any, base: dict[str, Any]) -> protocol.Event | None:
+    def _phase(payload: Any, base: dict[str, object]) -> protocol.Event | None:
         """A compile phase's edge, at PyTorch's own timestamp (µs)."""
         phase = phase_of(payload) if isinstance(payload, str) else None
         if phase is None:
@@ -278,7 +278,7 @@ class TraceConverter:
         t = ts / 1e6 if isinstance(ts, (int, float)) and ts > 0 else base["t"]
         return {"kind": protocol.COMPILE_PHASE, **base, "t": t, "phase": phase, "ph": ph}
 
-    def _specialization(self, sp: dict[str, Any], base: dict[str, Any]) -> protocol.Event:
+    def _specialization(self, sp: dict[str, Any], base: dict[str, object]) -> protocol.Event:
         ev: protocol.Event = {"kind": protocol.SPECIALIZATION, **base}
         for k in ("symbol", "value", "reason"):
             if sp.get(k) is not None:
@@ -294,7 +294,7 @@ class TraceConverter:
                 ev["code"] = protocol.clip(str(fr["loc"]), 500)
         return ev
 
-    def _metrics(self, md: dict[str, Any], base: dict[str, Any]) -> protocol.Event:
+    def _metrics(self, md: dict[str, Any], base: dict[str, object]) -> protocol.Event:
         m = md.get("compilation_metrics") or {}
         ev: protocol.Event = {"kind": protocol.COMPILE, **base}
         if m.get("compile_id"):
@@ -310,7 +310,7 @@ class TraceConverter:
             ev[k] = v
         return ev
 
-    def _cache(self, name: str, payload: Any, base: dict[str, Any]) -> protocol.Event:
+    def _cache(self, name: str, payload: Any, base: dict[str, object]) -> protocol.Event:
         cache, result = CACHE_ARTIFACTS[name]
         ev: protocol.Event = {"kind": protocol.CACHE, **base, "cache": cache, "result": result}
         info = cache_fields(payload) if isinstance(payload, str) else {}
@@ -328,7 +328,7 @@ class TraceConverter:
             ev["time_saved_s"] = info["time_saved_ns"] / 1e9
         return ev
 
-    def _autotune(self, payload: Any, base: dict[str, Any]) -> protocol.Event | None:
+    def _autotune(self, payload: Any, base: dict[str, object]) -> protocol.Event | None:
         try:
             info = json.loads(payload) if isinstance(payload, str) else None
         except ValueError:
@@ -339,7 +339,7 @@ class TraceConverter:
         for kname, kinfo in list(info.items())[:200]:
             if not isinstance(kinfo, dict):
                 continue
-            k: dict[str, Any] = {"name": str(kname)[:200]}
+            k: dict[str, object] = {"name": str(kname)[:200]}
             for key, val in kinfo.items():
                 if isinstance(val, (int, float, str, bool)) or val is None:
                     k[str(key)[:60]] = protocol.clip(val, 500) if isinstance(val, str) else val

@@ -7,10 +7,15 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.words.textsafe import clean
+
+if TYPE_CHECKING:
+    from ctmon.report.diff_model import DiffDoc, DiffEntry, RunSummary
+    from ctmon.report.model import Finding, Report
+    from ctmon.store import Session
 
 HELP = """usage: ctmon diff BASE NEW [--json | --md] [--fail] [--any-job]
 
@@ -67,7 +72,7 @@ def main(argv: list[str]) -> int:
     return 3 if fail and doc["regressions"] else 0
 
 
-def load_run(path: str, label: str) -> dict[str, Any]:
+def load_run(path: str, label: str) -> RunSummary:
     """One side's summary; one line (exit 2) when it cannot be read."""
     from ctmon.cli.progress import reading
     from ctmon.read.merge import load_nodes
@@ -88,7 +93,7 @@ def load_run(path: str, label: str) -> dict[str, Any]:
     return run_summary(path, session, report)
 
 
-def diff_paths(base_path: str, new_path: str, any_job: bool = False) -> dict[str, Any]:
+def diff_paths(base_path: str, new_path: str, any_job: bool = False) -> DiffDoc:
     from ctmon.report.diff import compare, same_job
 
     base = load_run(base_path, "diff: BASE")
@@ -110,7 +115,7 @@ class Baseline:
     """``--baseline BASE``: the earlier run, read, and whether a regression
     since it fails the gate (``--fail-on regression``)."""
 
-    run: dict[str, Any]
+    run: RunSummary
     fails: bool
     command: str  # the command's name, for its error lines
 
@@ -118,7 +123,7 @@ class Baseline:
     def name(self) -> str:
         return os.path.basename(str(self.run["path"]).rstrip("/"))
 
-    def diff(self, path: str, session: Any, report: dict[str, Any]) -> dict[str, Any]:
+    def diff(self, path: str, session: Session, report: Report) -> DiffDoc:
         """``ctmon diff BASE path`` of a run already read."""
         from ctmon.report.diff import compare, run_summary, same_job
 
@@ -128,7 +133,7 @@ class Baseline:
             raise CliError(f"{self.command}: --baseline: {mismatch}")
         return compare(self.run, new)
 
-    def lines(self, doc: dict[str, Any]) -> list[str]:
+    def lines(self, doc: DiffDoc) -> list[str]:
         """The stderr lines: one per regression of the diff, naming BASE."""
         return [clean(f"ctmon: regression since {self.name}: {e['what']}") for e in doc["regressions"]]
 
@@ -149,7 +154,7 @@ def plain_budgets(fail_on: list[str]) -> list[str]:
     return [b for b in fail_on if b != REGRESSION]
 
 
-def check_same_job(command: str, base: dict[str, Any], job: list[str]) -> None:
+def check_same_job(command: str, base: RunSummary, job: list[str]) -> None:
     """Before a job runs: it must be a run of the baseline's job."""
     from ctmon.report.diff import same_job
 
@@ -158,7 +163,7 @@ def check_same_job(command: str, base: dict[str, Any], job: list[str]) -> None:
         raise CliError(f"{command}: --baseline: {mismatch}")
 
 
-def mark_new_findings(report: dict[str, Any], doc: dict[str, Any], base_name: str) -> dict[str, Any]:
+def mark_new_findings(report: Report, doc: DiffDoc, base_name: str) -> Report:
     """The report with each finding whose evidence is new since BASE saying
     so first in its evidence, for the text output only (the JSON stays the
     report's own). A finding's evidence is new where it is at the place of a
@@ -167,7 +172,7 @@ def mark_new_findings(report: dict[str, Any], doc: dict[str, Any], base_name: st
     from ctmon.report.diff import is_new_since_base, relative
 
     new = [e for e in doc["regressions"] if is_new_since_base(e) and e.get("line") is not None]
-    findings = []
+    findings: list[Finding] = []
     for f in report.get("findings") or []:
         place = (relative(f.get("file"), report), f.get("line"))
         marks = [f"new since {base_name}: {e['what']}" for e in new if _shows(f, place, e)]
@@ -175,7 +180,7 @@ def mark_new_findings(report: dict[str, Any], doc: dict[str, Any], base_name: st
     return {**report, "findings": findings}
 
 
-def _shows(finding: dict[str, Any], place: tuple[Any, Any], entry: dict[str, Any]) -> bool:
+def _shows(finding: Finding, place: tuple[str | None, int | None], entry: DiffEntry) -> bool:
     if (entry.get("file"), entry["line"]) != place:
         return False
     if entry["kind"] == "recompile":

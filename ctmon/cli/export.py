@@ -89,7 +89,8 @@ def _inputs(paths: list[str]) -> list[str]:
 def _events(paths: list[str]) -> Iterator[Event | Unknown | tuple[Event | Unknown, int | None]]:
     from ctmon.read.feeds import NodesFeed
     from ctmon.read.recording import read_recording
-    from ctmon.read.torch_trace import TraceStats, is_torch_trace, trace_events
+    from ctmon.read.torch_trace import is_torch_trace, trace_events
+    from ctmon.read.trace_lines import TraceStats
     from ctmon.wire.decode import typed
 
     if is_torch_trace(paths[0]):

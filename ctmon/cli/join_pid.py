@@ -42,7 +42,7 @@ def parse_pid(command: str, text: str) -> int:
 
 def check(command: str, pid: int) -> Any:
     """The process to join, or one line that says why not (exit 2)."""
-    from ctmon.launch.join import JoinRefused, check_joinable
+    from ctmon.launch.join_target import JoinRefused, check_joinable
 
     try:
         return check_joinable(pid)

@@ -19,6 +19,7 @@ from ctmon.wire.errors import RecordingError
 
 if TYPE_CHECKING:
     from ctmon.launch.supervisor import Supervisor
+    from ctmon.report.model import Note, Report
     from ctmon.store import ExitInfo, Session
 
 OPTIONS = [
@@ -102,7 +103,7 @@ def main(argv: list[str]) -> int:
 
 def joined_spec(target: Any) -> JobSpec:
     """The joined process's command line, as the session shows it."""
-    from ctmon.launch.join import job_command
+    from ctmon.launch.join_target import job_command
 
     program, args = job_command(target)
     return JobSpec(mode="command", target=program, args=args, cwd=target.cwd)
@@ -224,14 +225,15 @@ def conclude(
     supervisor kept. Where the disk kept events out of the file, one line
     says what is missing, quiet or not; the exit is the job's, unless a
     budget then cannot be verified (docs in ctmon/report/gate.py)."""
-    from ctmon.launch.job import exit_like
+    from ctmon.launch.exit_like import exit_like
+    from ctmon.report.model import steps_of
     from ctmon.report.text import summary_lines
 
     rec = sup.recorder
     incomplete = (rec.last_error or "the recording could not be written") if rec.incomplete else None
     gated = bool(budgets) or (baseline is not None and baseline.fails)
     if quiet and not budgets and baseline is None and not rec.incomplete:
-        notes = [
+        notes: list[Note] = [
             {"level": n.level, "source": n.source, "message": n.message} for n in sup.registry.counts.capture_notes
         ]
         _say_all([f"ctmon: {msg}" for msg in gate.capture_lines({"notes": notes}, quiet=True)])
@@ -247,7 +249,7 @@ def conclude(
     session, report = read
     lines = [] if quiet else summary_lines(report, shown)
     if incomplete is not None:
-        in_file = int(report["steps"]["count"] or 0)
+        in_file = int(steps_of(report)["count"] or 0)
         steps = max(0, sup.registry.counts.steps - in_file)
         lines.append("ctmon: " + gate.incomplete_line(shown, rec.unwritten, steps, incomplete))
     failures = gate.broken(budgets, report, incomplete)
@@ -264,7 +266,7 @@ def conclude(
     return exit_like(info)
 
 
-def _read_back(path: str, info: ExitInfo) -> tuple[Session, dict[str, Any]] | None:
+def _read_back(path: str, info: ExitInfo) -> tuple[Session, Report] | None:
     """What the recording holds, and its report (None: it cannot be read)."""
     from ctmon.read.load import load
     from ctmon.report.build import build_report

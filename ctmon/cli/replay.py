@@ -73,7 +73,8 @@ def main(argv: list[str]) -> int:
 def _trace_feed(files: list[str]) -> ListFeed:
     """PyTorch's TORCH_TRACE logs, read as a recording (ctmon/read/torch_trace.py)."""
     from ctmon.read.feeds import ListFeed
-    from ctmon.read.torch_trace import TraceStats, trace_events
+    from ctmon.read.torch_trace import trace_events
+    from ctmon.read.trace_lines import TraceStats
 
     # read once, here: RecordingError (one line) for no logs, a recording among them, nothing readable
     return ListFeed(list(trace_events(files, TraceStats())), name=os.path.basename(os.path.normpath(files[0])))

@@ -7,7 +7,7 @@ connection is an ``Agent`` that knows its pid from the moment it is accepted
 Step boundaries travel through shared-memory rings instead (ctmon/wire/ring.py):
 a ``process`` event names the ring, and the rings are drained on a clock. A
 process whose ``process`` event says it could make no ring sends its
-boundaries as ``steps`` events on its socket (ctmon/agent/steps.py: StepRelay).
+boundaries as ``steps`` events on its socket (ctmon/agent/step_relay.py: StepRelay).
 
 Nothing an agent sends may take the supervisor down: a bad line is skipped
 with a note, a ring that cannot be read is dropped with a note.
@@ -55,7 +55,7 @@ class Agent:
         self.pid: int | None = execwatch.peer_pid(sock)  # who connected (None: the platform cannot say)
         self.rank: int | None = None  # the rank its hello declared
         # Its hello said it has no step ring: its boundaries come on its
-        # socket (ctmon/agent/steps.py: StepRelay), with the count of those lost.
+        # socket (ctmon/agent/step_relay.py: StepRelay), with the count of those lost.
         self.relays_steps = False
         self.steps_dropped = 0
 

@@ -14,23 +14,22 @@
 from __future__ import annotations
 
 import codecs
-import fcntl
 import os
 import selectors
 import signal
-import struct
 import subprocess
-import sys
-import termios
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from ctmon.launch import execwatch, relay, signal_policy, stdfds
+from ctmon.launch.output_tail import tail_text
+from ctmon.launch.pipes import widen_pipe, write_all
 from ctmon.launch.recorder import Recorder
 from ctmon.launch.spec import JobSpec, job_python_path
-from ctmon.store import ExitInfo
+from ctmon.launch.tty import isatty, raw_output, set_winsize, term_size
 from ctmon.wire import events as E
 from ctmon.wire import protocol
 from ctmon.words.signal_notes import PASSED_ON, sent_signal_message
@@ -39,7 +38,6 @@ from ctmon.words.signal_notes import PASSED_ON, sent_signal_message
 # supervisor records the last read; one read takes all of it, so the two
 # wait for each other once a MiB, not once each 64 KiB of a default pipe.
 READ_SIZE = 1 << 20
-PIPE_SIZE = 1 << 20  # the job's stdout/stderr pipes (Linux's pipe-max-size for unprivileged users)
 # One output event's bytes at most: in JSON a byte takes six at worst
 # (``\u0001``), which keeps the line under the 1 MiB a reader accepts
 # (protocol.MAX_LINE_BYTES).
@@ -52,7 +50,6 @@ BY_REFERENCE_BYTES = 256 * 1024
 # Of a chunk kept in the output log, the last this many bytes (from a line's
 # start) travel in the event, for the screen's Output pane.
 TAIL_BYTES = 32 * 1024
-BINARY_TAIL_BYTES = 1024  # ... of a chunk that is not UTF-8: a glimpse is all the screen can use
 MAX_STDIN_BYTES = 4000  # a pty's line buffer holds 4095 bytes
 MAX_STOP_GRACE_S = 7 * 24 * 3600.0
 MAX_RANK_WATCHES = 4096  # ranks' processes watched for an exec (one node's)
@@ -114,16 +111,16 @@ class Job:
         if not attach and our_fd in stdfds.closed():
             return None
         passthrough = None if attach else our_fd
-        use_pty = attach or _isatty(our_fd)
+        use_pty = attach or isatty(our_fd)
         if use_pty:
             master, slave = os.openpty()
-            _raw_output(slave)
-            rows, cols = self.pty_size if attach else _term_size(our_fd, self.pty_size)
-            _set_winsize(master, rows, cols)
+            raw_output(slave)
+            rows, cols = self.pty_size if attach else term_size(our_fd, self.pty_size)
+            set_winsize(master, rows, cols)
             child_end, ours = slave, master
         else:
             ours, child_end = os.pipe()
-            _widen_pipe(ours)
+            widen_pipe(ours)
         os.set_blocking(ours, False)
         return child_end, Stream(name, ours, passthrough)
 
@@ -212,7 +209,7 @@ class Job:
         view = memoryview(st.buf)[:n]
         if st.passthrough_fd is not None:
             try:
-                _write_all(st.passthrough_fd, view)
+                write_all(st.passthrough_fd, view)
             except BrokenPipeError:
                 self._reader_gone(st, bytes(view))
                 return
@@ -241,7 +238,7 @@ class Job:
         line_start = tail.find(b"\n")
         if len(view) > TAIL_BYTES and 0 <= line_start < len(tail) - 1:
             tail = tail[line_start + 1 :]  # from a line's start: the screen shows whole lines
-        text = _tail_text(tail)
+        text = tail_text(tail)
         self.emit(E.Output(t=time.time(), stream=st.name, data=text, enc=E.OUTPUT_LOG, log=log, at=at, size=len(view)))
         return True
 
@@ -374,7 +371,7 @@ class Job:
             signal.signal(signal.SIGWINCH, self._on_signal)
         signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pending_signals.append(signum)
 
     def handle_signals(self) -> None:
@@ -382,9 +379,9 @@ class Job:
             sig = self._pending_signals.pop(0)
             if sig == signal.SIGWINCH:
                 for st in self.streams:
-                    if st.open and st.passthrough_fd is not None and _isatty(st.passthrough_fd):
-                        rows, cols = _term_size(st.passthrough_fd, self.pty_size)
-                        _set_winsize(st.fd, rows, cols)
+                    if st.open and st.passthrough_fd is not None and isatty(st.passthrough_fd):
+                        rows, cols = term_size(st.passthrough_fd, self.pty_size)
+                        set_winsize(st.fd, rows, cols)
             elif sig in signal_policy.IGNORED:
                 self._note_ignored(sig)
             else:
@@ -444,91 +441,3 @@ class Job:
         if self._kill_at is not None and time.monotonic() >= self._kill_at:
             self._kill_at = None
             self.signal_job(signal.SIGKILL, group=True, reason=self._kill_reason)
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _isatty(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
-
-
-def _term_size(fd: int, default: tuple[int, int]) -> tuple[int, int]:
-    try:
-        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
-        if rows and cols:
-            return rows, cols
-    except OSError:
-        pass
-    return default
-
-
-def _set_winsize(fd: int, rows: int, cols: int) -> None:
-    try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    except OSError:
-        pass
-
-
-def _widen_pipe(fd: int) -> None:
-    """A job writing as fast as it can fills a 64 KiB pipe in microseconds and
-    waits for us each time; a wider one lets it run on while we record."""
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-    except (AttributeError, OSError):
-        pass  # over the system's pipe-max-size, or the user's pipe budget: the default will do
-
-
-def _raw_output(fd: int) -> None:
-    """No output post-processing on the pty: bytes pass through unchanged."""
-    try:
-        attrs = termios.tcgetattr(fd)
-        attrs[1] &= ~termios.OPOST
-        termios.tcsetattr(fd, termios.TCSANOW, attrs)
-    except termios.error:
-        pass
-
-
-def _tail_text(tail: bytes) -> str:
-    """The text of a chunk's tail: UTF-8 as it is (a character the cut split
-    at its start left out), else the last bytes with U+FFFD, decoded short:
-    the replace handler is called per bad byte, slow on a MiB of binary."""
-    start = 0
-    while start < min(3, len(tail)) and tail[start] & 0xC0 == 0x80:
-        start += 1  # the end of a character whose start is before the tail
-    try:
-        return tail[start:].decode("utf-8")
-    except UnicodeDecodeError:
-        return tail[-BINARY_TAIL_BYTES:].decode("utf-8", "replace")
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            time.sleep(0.001)
-            continue
-        view = view[n:]
-
-
-def exit_like(info: ExitInfo) -> int:
-    """Leave ctmon the way the job left: same exit code, or same signal."""
-    if info.code is not None:
-        return info.code
-    if info.signal:
-        sig = signal_policy.signal_number(info.signal)
-        if sig is not None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            try:
-                signal.signal(sig, signal.SIG_DFL)
-            except (OSError, ValueError):
-                pass
-            os.kill(os.getpid(), sig)
-            time.sleep(0.5)
-    return info.status

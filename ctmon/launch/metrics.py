@@ -212,7 +212,7 @@ class _WholeAnswer(WSGIRequestHandler):
             self._counted = True
         return whole
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Scrapes are not logged (the job's stderr is the user's)."""
 
 

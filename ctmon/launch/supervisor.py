@@ -31,7 +31,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -39,10 +38,12 @@ import ctmon
 from ctmon.launch.adopted_job import AdoptedJob
 from ctmon.launch.intake import Agent, Intake
 from ctmon.launch.job import Job
-from ctmon.launch.join import JoinedJob, JoinRefused
+from ctmon.launch.join import JoinedJob
+from ctmon.launch.join_target import JoinRefused
 from ctmon.launch.metrics import MetricsError, MetricsServer
 from ctmon.launch.recorder import Recorder, RecorderError
 from ctmon.launch.registry import Registry
+from ctmon.launch.sampling import run_samplers
 from ctmon.launch.sockets import listen_unix
 from ctmon.launch.spec import JobSpec
 from ctmon.launch.viewers import Controls, Viewer, Viewers
@@ -328,40 +329,14 @@ class Supervisor:
         peer.sock.close()
 
     # --------------------------------------------------------------- sampler
-
     def _sample_loop(self) -> None:
         assert self.job.proc is not None
-        try:
-            from ctmon.samplers.gpu import GpuSampler
-            from ctmon.samplers.process import ProcessSampler
+        run_samplers(self.job.proc.pid, self.opts.sample_interval, self._stop_sampler, self._take_sample)
 
-            procs = ProcessSampler(self.job.proc.pid)
-            gpus = GpuSampler()
-        except Exception as e:  # psutil missing or broken: no samples, job unaffected
-            note = _note(f"system sampling disabled: {type(e).__name__}: {e}", "warning")
-            note.source = "sampler"
-            self.inbox.append(note)
-            _poke(self._wake_w)
-            return
-        first = True
-        try:
-            while not self._stop_sampler.wait(0.0 if first else self.opts.sample_interval):
-                fields: dict[str, Any] = {"kind": "sample", "t": time.time()}
-                try:
-                    fields.update(procs.sample())
-                except Exception:
-                    pass
-                if gpus.available:
-                    fields["gpus"] = gpus.sample(procs.tree_pids())
-                elif first:
-                    fields["gpu_error"] = gpus.error or "no GPU"
-                first = False
-                ev = sample_event(fields)
-                if ev is not None:
-                    self.inbox.append(ev)
-                    _poke(self._wake_w)
-        finally:
-            gpus.close()
+    def _take_sample(self, ev: E.Event) -> None:
+        """On the sampler thread: the event into the inbox, the loop woken."""
+        self.inbox.append(ev)
+        _poke(self._wake_w)
 
     # ---------------------------------------------------------------- finish
 
@@ -463,17 +438,3 @@ def _poke(fd: int) -> None:
 
 def _note(message: str, level: str = "info") -> E.Note:
     return E.Note(t=time.time(), level=level, source="ctmon", message=message)
-
-
-def sample_event(fields: dict[str, Any]) -> E.Sample | None:
-    """The samplers' figures as a sample event, checked like any other event:
-    a figure of an unexpected type (a driver's odd reply) costs that sample,
-    never the recording's readability."""
-    try:
-        return msgspec.convert(fields, E.Sample)
-    except msgspec.ValidationError:
-        fields.pop("gpus", None)  # NVML's figures are the usual suspects
-        try:
-            return msgspec.convert(fields, E.Sample)
-        except msgspec.ValidationError:
-            return None

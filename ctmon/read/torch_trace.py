@@ -22,81 +22,48 @@ skipped.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 import math
 import os
 import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from ctmon.agent.phases import phase_of
-from ctmon.agent.trace import KEEP_ARTIFACTS, KEEP_EVENTS
 from ctmon.agent.trace_convert import TraceConverter
+from ctmon.read.trace_lines import (
+    BAD_SHAPE,
+    BAD_TIME,
+    DEEP,
+    GLOG,
+    LINE_LIMIT,
+    NOT_TEXT,
+    SURROGATE,
+    Cursor,
+    Record,
+    TraceStats,
+    glog_time,
+    read_batch,
+    read_past,
+    year_of,
+)
 from ctmon.wire import protocol
 from ctmon.wire.decode import from_dict
 from ctmon.wire.errors import RecordingError
 from ctmon.wire.events import Event
-from ctmon.words.phrases import plural
 
-# "V1125 14:59:22.546000 14840 torch/_dynamo/utils.py:2350] {...}"
-# Numbers are bounded where they are matched: a pid or rank of thousands of
-# digits is no pid or rank (and int() would refuse it).
-_GLOG = re.compile(r"^[VIWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6}) +(\d{1,10}) [^\]]*\] (\{.*)$")
+if TYPE_CHECKING:
+    from ctmon.store import Session
+
+# Numbers are bounded where they are matched: a rank of thousands of digits
+# is no rank (and int() would refuse it).
 _RANK_NAME = re.compile(r"_rank_(\d{1,9})_")
 TRACE_PREFIX = "dedicated_log_torch_trace"
 _RANK_FIELD = re.compile(r'"rank": (\d{1,9})[,}]')
-# A JSON escape of a UTF-16 surrogate: a lone one decodes to a str no
-# terminal or file can encode; only records with one are checked for it.
-_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_INT = 1 << 63
 RANK_SCAN = 64 << 20  # how far into a file to look for its first time and (without one in its name) its rank
-MAX_LINE = 16 << 20  # a longer line is discarded as it streams (a record's, or a line of its payload)
-MAX_PAYLOAD = MAX_LINE  # one kept record's payload at most (the same cap): a record with more is skipped
-READ_BATCH = 1 << 20  # each file is read this much at a time, then closed until its next turn
-PROGRESS_STEP = 8 << 20  # how often a reader hears how far it is
-MAX_ID = 1 << 31  # frame, compile and rank ids are counters: one past this is not one
-_IDS = ("frame_id", "frame_compile_id", "attempt", "compiled_autograd_id", "rank")
-
-# why a record was skipped, as the note says it
-NOT_RECORD = "not trace records"
-CUT = "cut off or not JSON"
-DEEP = "nested too deep"
-NOT_TEXT = "not UTF-8 text"
-LONG = f"longer than {MAX_LINE >> 20} MiB"
-BAD_TIME = "with an impossible time"
-BAD_SHAPE = "of a shape ctmon does not know"
-
-
-@dataclass
-class TraceStats:
-    files: int = 0
-    records: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)  # why -> how many records (or lines)
-    bytes: int = 0
-    total_bytes: int = 0
-    warnings: list[str] = field(default_factory=list)
-    # called now and then with (bytes read, bytes in all files): a large trace says how far it is
-    progress: Callable[[int, int], None] | None = None
-    next_report: int = PROGRESS_STEP
-
-    def skip(self, why: str) -> None:
-        self.skipped[why] += 1
-
-    def note(self) -> str | None:
-        """The one line on what was skipped, or None."""
-        total = sum(self.skipped.values())
-        if not total:
-            return None
-        why = ", ".join(f"{n} {what}" for what, n in self.skipped.most_common())
-        return (
-            f"{plural(total, 'record')} of the trace skipped: not records ctmon could read ({why}); "
-            "the rest is reported"
-        )
 
 
 def is_torch_trace(path: str) -> bool:
@@ -110,7 +77,7 @@ def is_torch_trace(path: str) -> bool:
             head = f.readline(4096)
     except OSError:
         return False
-    return _GLOG.match(head.decode("utf-8", "replace").rstrip("\n")) is not None
+    return GLOG.match(head.decode("utf-8", "replace").rstrip("\n")) is not None
 
 
 OUTPUT_LOG_SUFFIX = ".output.log"  # the job's output beside a ctmon recording (launch/runtime.py)
@@ -218,20 +185,6 @@ def _size(path: str) -> int:
         return 0
 
 
-_LIMIT = MAX_LINE + 1  # what one readline() may return: a line this long is over the cap
-
-
-def _read_past(f: BinaryIO) -> int:
-    """Read the rest of an over-long line and drop it, MAX_LINE bytes at a
-    time; how many bytes that was."""
-    n = 0
-    while more := f.readline(_LIMIT):
-        n += len(more)
-        if more[-1] == 10:  # its newline
-            break
-    return n
-
-
 def _scan_head(path: str) -> tuple[int | None, float | None]:
     """The file's rank and its first record's time. The rank is the one in
     its name, else the first one its records carry (a process whose trace
@@ -240,23 +193,23 @@ def _scan_head(path: str) -> tuple[int | None, float | None]:
     m = _RANK_NAME.search(os.path.basename(path))
     rank = int(m.group(1)) if m else None
     first: float | None = None
-    year = _year_of(path)
+    year = year_of(path)
     seen = 0
     try:
         with open(path, "rb") as f:
             while seen <= RANK_SCAN and (first is None or rank is None):
-                raw = f.readline(_LIMIT)
+                raw = f.readline(LINE_LIMIT)
                 if not raw:
                     break
                 seen += len(raw)
-                if len(raw) == _LIMIT and raw[-1] != 10:
-                    seen += _read_past(f)
+                if len(raw) == LINE_LIMIT and raw[-1] != 10:
+                    seen += read_past(f)
                     continue
                 if raw[0] == 9:  # a tab: a payload's line
                     continue
                 text = raw.decode("utf-8", "replace")
-                if first is None and (g := _GLOG.match(text.rstrip("\n"))):
-                    first = _when(g, year)
+                if first is None and (g := GLOG.match(text.rstrip("\n"))):
+                    first = glog_time(g, year)
                 if rank is None and '"rank": ' in text and (found := _RANK_FIELD.search(text)):
                     rank = int(found.group(1))
     except OSError:
@@ -264,151 +217,11 @@ def _scan_head(path: str) -> tuple[int | None, float | None]:
     return rank, first
 
 
-def _year_of(path: str) -> int:
-    """glog dates carry no year: the file's own (its last write)."""
-    try:
-        return time.localtime(os.path.getmtime(path)).tm_year
-    except (OSError, OverflowError, ValueError):  # no such file, or a time stamp no calendar has
-        return time.localtime().tm_year
-
-
-def _when(m: re.Match[str], year: int) -> float | None:
-    """The glog time, or None for a date or time no clock shows."""
-    base = _clock(year, m.string[1:14])
-    if base is None:
-        return None
-    frac = m.group(6)
-    return base + int(frac) / 10 ** len(frac)
-
-
-@functools.lru_cache(maxsize=1024)
-def _clock(year: int, stamp: str) -> float | None:
-    """``MMDD HH:MM:SS`` of ``year`` as a time, once per second of the trace
-    (a record's time is asked for on every record)."""
-    mon, day, hh, mm, ss = int(stamp[0:2]), int(stamp[2:4]), int(stamp[5:7]), int(stamp[8:10]), int(stamp[11:13])
-    if not (1 <= mon <= 12 and 1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
-        return None
-    try:
-        return time.mktime((year, mon, day, hh, mm, ss, 0, 0, -1))
-    except (OverflowError, ValueError):
-        return None
-
-
-def _kept(md: dict[str, Any]) -> str | None:
-    """The name under which a record becomes events, or None when ctmon
-    does not take it (what the live agent takes: ctmon/agent/trace.py)."""
-    name = next(iter(md))
-    if name == "artifact":
-        art = md.get("artifact")
-        aname = art.get("name") if isinstance(art, dict) else None
-        return aname if isinstance(aname, str) and aname in KEEP_ARTIFACTS else None
-    if name == "chromium_event" or name in KEEP_EVENTS:
-        return str(name)
-    return None
-
-
-def _ids_ok(md: dict[str, Any]) -> bool:
-    """Every id the record carries is a counter's value."""
-    for k in _IDS:
-        v = md.get(k)
-        if v is not None and (type(v) is not int or not 0 <= v < MAX_ID):
-            return False
-    val = md.get("str")  # the interned-string table: [text, index] (another shape is ignored, as live)
-    if isinstance(val, list) and len(val) == 2 and not (type(val[1]) is int and 0 <= val[1] < MAX_ID):
-        return False
-    return True
-
-
-@dataclass
-class _Record:
-    """A kept record as it is read: its header, and its payload's lines."""
-
-    t: float
-    pid: int
-    md: dict[str, Any]
-    name: str
-    lines: list[bytes] = field(default_factory=list)
-    size: int = 0
-    too_long: bool = False
-
-    def add(self, raw: bytes) -> None:
-        """One more line of the payload (a payload over MAX_PAYLOAD is dropped as it grows)."""
-        if self.too_long:
-            return
-        self.size += len(raw)
-        if self.size > MAX_PAYLOAD:
-            self.drop()
-        else:
-            self.lines.append(raw)
-
-    def drop(self) -> None:
-        self.too_long = True
-        self.lines = []  # what was kept of it goes now, not when the record ends
-
-    def payload(self) -> str | None:
-        """The payload's text (UnicodeDecodeError when it is not UTF-8)."""
-        if not self.lines:
-            return None
-        return b"\n".join(ln[1:-1] if ln[-1:] == b"\n" else ln[1:] for ln in self.lines).decode("utf-8")
-
-
-def _header(raw: bytes, year: int, stats: TraceStats) -> _Record | None:
-    """A kept record's header, or None (a record ctmon does not take, or a
-    line skipped and counted)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.skip(NOT_TEXT)
-        return None
-    m = _GLOG.match(text.rstrip("\n"))
-    if m is None:
-        stats.skip(NOT_RECORD)
-        return None
-    try:
-        md = json.loads(m.group(8))
-    except RecursionError:
-        stats.skip(DEEP)
-        return None
-    except ValueError:  # not JSON, cut off, or a number of more digits than int() takes
-        stats.skip(CUT)
-        return None
-    if not isinstance(md, dict) or not md:
-        stats.skip(BAD_SHAPE)
-        return None
-    stats.records += 1
-    name = _kept(md)
-    if name is None:
-        return None
-    t = _when(m, year)
-    if t is None:
-        stats.skip(BAD_TIME)
-        return None
-    if not _ids_ok(md):
-        stats.skip(BAD_SHAPE)
-        return None
-    why = _unfit(text, md)
-    if why is not None:
-        stats.skip(why)
-        return None
-    return _Record(t, int(m.group(7)), md, name)
-
-
-def _unfit(text: str, md: dict[str, Any]) -> str | None:
-    """NOT_TEXT for metadata holding a lone surrogate (no text any output
-    can encode), else None. Looked into only where its JSON text has one."""
-    if "\\u" in text and _SURROGATE.search(text):
-        try:
-            json.dumps(md, ensure_ascii=False).encode("utf-8")
-        except (UnicodeEncodeError, ValueError, RecursionError):
-            return NOT_TEXT
-    return None
-
-
-def _walk(obj: Any) -> str | None:
+def _walk(obj: object) -> str | None:
     """DEEP or BAD_SHAPE for an event nested past MAX_DEPTH or holding an
     integer past 64 bits (a line number, a size), else None. Iterative: a
     deep value never recurses here."""
-    todo: list[tuple[Any, int]] = [(obj, 1)]
+    todo: list[tuple[object, int]] = [(obj, 1)]
     while todo:
         value, depth = todo.pop()
         if type(value) is int and not -MAX_INT <= value < MAX_INT:
@@ -420,71 +233,6 @@ def _walk(obj: Any) -> str | None:
     return None
 
 
-@dataclass
-class _Cursor:
-    """Where the reading of one file stands between its batches."""
-
-    offset: int = 0
-    done: bool = False
-
-
-def _read_batch(path: str, cur: _Cursor, stats: TraceStats, year: int) -> list[_Record]:
-    """The kept records of the file's next READ_BATCH bytes or so (a batch
-    ends where a record begins); the file is closed again before this returns."""
-    try:
-        with open(path, "rb") as f:
-            return _read_records(f, cur, stats, year)
-    except OSError as e:  # gone, unreadable, an I/O error half-way
-        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
-
-
-def _read_records(f: BinaryIO, cur: _Cursor, stats: TraceStats, year: int) -> list[_Record]:
-    """``_read_batch`` on the open file."""
-    out: list[_Record] = []
-    read = 0  # bytes of this batch (added to the stats once: this loop is every line's)
-    f.seek(cur.offset)
-    readline = f.readline
-    rec: _Record | None = None
-    while raw := readline(_LIMIT):
-        n = len(raw)
-        whole = n < _LIMIT or raw[-1] == 10
-        if not whole:  # over MAX_LINE: the rest is read past, never held
-            n += _read_past(f)
-        read += n
-        if raw[0] == 9:  # a tab: a line of the record's payload
-            if rec is not None and whole:
-                rec.add(raw)
-            elif rec is not None:
-                rec.drop()
-            continue
-        if rec is not None:
-            _finish(rec, out, stats)
-            rec = None
-        if not whole:
-            stats.skip(LONG)
-            continue
-        if read - n >= READ_BATCH:  # the next batch's first record: read again then
-            cur.offset = f.tell() - n
-            stats.bytes += read - n
-            return out
-        if stats.progress is not None and stats.bytes + read >= stats.next_report:
-            stats.next_report = stats.bytes + read + PROGRESS_STEP
-            stats.progress(stats.bytes + read, stats.total_bytes)
-        rec = _header(raw, year, stats)
-    if rec is not None:
-        _finish(rec, out, stats)
-    stats.bytes += read
-    cur.done = True
-    return out
-
-
-def _finish(rec: _Record, out: list[_Record], stats: TraceStats) -> None:
-    if rec.too_long:
-        stats.skip(LONG)
-    else:
-        out.append(rec)
-
-
 def _file_events(
     path: str, rank: int | None, world: int | None, stats: TraceStats, apart: bool = False
 ) -> Iterator[Pair]:
@@ -493,11 +241,11 @@ def _file_events(
     from the dicts."""
     conv = TraceConverter()
     origin: int | None = None
-    year = _year_of(path)
-    cur = _Cursor()
+    year = year_of(path)
+    cur = Cursor()
     while not cur.done:
         batch: list[Pair] = []
-        for rec in _read_batch(path, cur, stats, year):
+        for rec in read_batch(path, cur, stats, year):
             if origin is None:
                 origin = rec.pid
                 hello: dict[str, Any] = {"kind": protocol.PROCESS, "t": rec.t, "pid": rec.pid}
@@ -514,7 +262,7 @@ def _file_events(
         yield from batch  # the file is closed while its events wait their turn in the merge
 
 
-def _convert(conv: TraceConverter, rec: _Record, rank: int | None, stats: TraceStats) -> list[Pair]:
+def _convert(conv: TraceConverter, rec: Record, rank: int | None, stats: TraceStats) -> list[Pair]:
     """The events of one kept record, each also as the store takes it; a
     record that cannot give them is skipped and counted."""
     try:
@@ -530,7 +278,7 @@ def _convert(conv: TraceConverter, rec: _Record, rank: int | None, stats: TraceS
     except Exception:  # a record of a shape this version does not know
         stats.skip(BAD_SHAPE)
         return []
-    if payload is not None and _SURROGATE.search(payload):
+    if payload is not None and SURROGATE.search(payload):
         try:
             json.dumps(events, ensure_ascii=False).encode("utf-8")
         except (UnicodeEncodeError, ValueError, RecursionError):  # a lone surrogate: no text
@@ -555,7 +303,7 @@ def _convert(conv: TraceConverter, rec: _Record, rank: int | None, stats: TraceS
     return out
 
 
-def load_trace(paths: list[str], progress: Callable[[int, int], None] | None = None) -> tuple[Any, TraceStats]:
+def load_trace(paths: list[str], progress: Callable[[int, int], None] | None = None) -> tuple[Session, TraceStats]:
     """The store of a traced job (a ``RecordingError``, one line, when there
     is nothing to read)."""
     from ctmon.store import Session

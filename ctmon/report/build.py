@@ -8,19 +8,37 @@ ints; unknown values are null, never absent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import msgspec
 
 import ctmon
 from ctmon.findings.current import findings_of
 from ctmon.findings.model import called_from_dict
-from ctmon.report.ranks import cache_counts, compile_counts, job_totals, rank_reports
+from ctmon.report.model import (
+    CalledFrom,
+    Compile,
+    CompileSite,
+    Fields,
+    Finding,
+    FrameRuntime,
+    Generation,
+    Report,
+    Specialization,
+    StepNumbers,
+    StepRuntime,
+)
+from ctmon.report.model import (
+    Frame as FrameReport,
+)
+from ctmon.report.ranks import job_cache, job_compile, rank_reports
 from ctmon.report.system import system_report
 from ctmon.store import Session
-from ctmon.store.compiles import CompileRecord, CompileState, Frame
+from ctmon.store.compile_state import CompileState
+from ctmon.store.compiles import CompileRecord, Frame
 from ctmon.store.steps import StepSeries
 from ctmon.wire import events as E
+from ctmon.wire.events import StackFrame
 from ctmon.wire.protocol import finite
 
 TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/read/torch_trace.py)
@@ -32,7 +50,7 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
-def _joined(s: Session) -> dict[str, Any] | None:
+def _joined(s: Session) -> Fields | None:
     """--pid: what Dynamo had done before the join, and whether ctmon left the
     job running (its own note when it leaves) or saw it end."""
     if s.joined is None:
@@ -41,7 +59,7 @@ def _joined(s: Session) -> dict[str, Any] | None:
     return {**s.joined.as_dict(), "left_running": left}
 
 
-def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean: bool = False) -> dict[str, Any]:
+def build_report(s: Session, nodes: list[Fields] | None = None, *, lean: bool = False) -> Report:
     """``nodes``: one object per recording when several nodes' recordings were merged.
     ``lean``: only what a comparison of runs reads (ctmon/report/diff.py):
     ``steps``, ``generation``, ``system`` null and ``findings``, ``ranks``,
@@ -54,7 +72,7 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
         marked = len(s.steps.current.compile_marked([c.span for c in cs.compiles]))
     exit_info = s.exit
     traced = s.meta.mode == TRACE_MODE
-    report: dict[str, Any] = {
+    report: Report = {
         "report_version": REPORT_VERSION,
         "ctmon_version": ctmon.__version__,
         "recorded_by": s.meta.ctmon_version,
@@ -106,9 +124,9 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
             "runtime": _runtime(s),
         },
         "generation": None if lean else _generation(s),
-        "compile": job_totals(s, compile_counts),
+        "compile": job_compile(s),
         "compile_calls": [_fields(c) for c in cs.calls[:20]],
-        "frames": [{**_frame(f), "runtime": s.hotness.frame_runtime(f)} for f in cs.frames_sorted()],
+        "frames": [_frame(f, cast("FrameRuntime | None", s.hotness.frame_runtime(f))) for f in cs.frames_sorted()],
         "compiles": [_compile(c) for c in cs.compiles[:COMPILES_LISTED]],
         "compile_sites": [] if lean else compile_sites(cs),
         "specializations": [] if lean else [_specialization(x) for x in cs.specializations],
@@ -121,19 +139,16 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
                 "explanation": b.explanation,
                 "hints": b.hints,
                 "url": b.url,
-                "called_from": called_from_dict(b.called_from),
+                "called_from": _called_from(b.called_from),
                 "user_stack": [_fields(fr, omit_none=True) for fr in b.user_stack],
             }
             for b in cs.breaks_sorted()
         ],
-        "cache": {
-            **job_totals(s, cache_counts),
-            "cache_dir": s.meta.cache_dir,
-            "entries_at_start": s.meta.cache_entries or None,
-        },
+        "cache": job_cache(s, s.meta.cache_dir, s.meta.cache_entries or None),
         "cudagraphs": {"skips": [{"reason": r, "count": n} for r, n in cs.cudagraph_skips.most_common()]},
         "system": None if traced or lean else system_report(s),
-        "findings": [] if lean else [f.as_dict() for f in findings_of(s)],
+        # plain dicts from the findings room: their keys are Finding's (tests/test_report_model.py)
+        "findings": [] if lean else [cast(Finding, f.as_dict()) for f in findings_of(s)],
         "ranks": [] if lean else rank_reports(s),
         "nodes": nodes or [],
         "drops": dict(s.drops),
@@ -141,10 +156,10 @@ def build_report(s: Session, nodes: list[dict[str, Any]] | None = None, *, lean:
     }
     # Values copied from events (devices, notes) can hold anything a writer
     # put there; the report is strict JSON regardless.
-    return finite(report)
+    return cast(Report, finite(report))
 
 
-def _runtime(s: Session) -> dict[str, Any] | None:
+def _runtime(s: Session) -> StepRuntime | None:
     h = s.hotness
     if not h.samples:
         return None
@@ -160,7 +175,7 @@ def _runtime(s: Session) -> dict[str, Any] | None:
     }
 
 
-def _step_numbers(series: StepSeries | None) -> dict[str, Any] | None:
+def _step_numbers(series: StepSeries | None) -> StepNumbers | None:
     if series is None or not len(series):
         return None
     return {
@@ -170,7 +185,7 @@ def _step_numbers(series: StepSeries | None) -> dict[str, Any] | None:
     }
 
 
-def _frame(f: Frame) -> dict[str, Any]:
+def _frame(f: Frame, runtime: FrameRuntime | None) -> FrameReport:
     reasons: list[str] = []
     for c in f.compiles:
         if c.recompile_reason and c.recompile_reason not in reasons:
@@ -182,7 +197,7 @@ def _frame(f: Frame) -> dict[str, Any]:
         "line": f.loc.line,
         "code": {"name": f.code.name, "file": f.code.file, "line": f.code.line},
         "module": f.module,
-        "called_from": called_from_dict(f.called_from),
+        "called_from": _called_from(f.called_from),
         "compiles": len(f.compiles),
         "recompiles": f.recompiles,
         "recompile_reasons": reasons,
@@ -191,13 +206,14 @@ def _frame(f: Frame) -> dict[str, Any]:
         "limit_hit": f.limit_hit,
         "time_s": _r(f.time_s),
         "compile_ids": [c.compile_id for c in f.compiles][:100],
+        "runtime": runtime,
     }
 
 
 COMPILES_LISTED = 1000
 
 
-def _compile(c: CompileRecord) -> dict[str, Any]:
+def _compile(c: CompileRecord) -> Compile:
     """One compile: what tlparse lists per compile id, as the report's reader needs it."""
     return {
         "compile_id": c.compile_id,
@@ -212,11 +228,11 @@ def _compile(c: CompileRecord) -> dict[str, Any]:
         "fx_graph": {"hit": c.fx_hits, "miss": c.fx_misses},
         "restarts": list(c.restarts),
         "failed": f"{c.fail_type}: {c.fail_reason or ''}".strip() if c.fail_type else None,
-        "started_at": called_from_dict(c.started_at),
+        "started_at": _called_from(c.started_at),
     }
 
 
-def _specialization(x: E.Specialization) -> dict[str, Any]:
+def _specialization(x: E.Specialization) -> Specialization:
     return {
         "compile_id": x.compile_id,
         "sources": list(x.sources),
@@ -228,20 +244,20 @@ def _specialization(x: E.Specialization) -> dict[str, Any]:
     }
 
 
-def compile_sites(cs: CompileState) -> list[dict[str, Any]]:
+def compile_sites(cs: CompileState) -> list[CompileSite]:
     """Where in the user's code compiles began (tlparse's stack trie, flat):
     each line with the compile ids that began under it, most first."""
-    sites: dict[tuple[Any, Any], dict[str, Any]] = {}
+    sites: dict[tuple[str | None, int | None], CompileSite] = {}
     for c in cs.compiles:
         at = c.started_at
         if at is None:
             continue
-        site = sites.setdefault((at.file, at.line), {**(called_from_dict(at) or {}), "compile_ids": []})
+        site = sites.setdefault((at.file, at.line), {**cast(CalledFrom, called_from_dict(at)), "compile_ids": []})
         site["compile_ids"].append(c.compile_id)
     return sorted(sites.values(), key=lambda x: -len(x["compile_ids"]))
 
 
-def _generation(s: Session) -> dict[str, Any] | None:
+def _generation(s: Session) -> Generation | None:
     g = s.generation.stats(s.steps, [c.span for c in s.compile.compiles])
     if g is None:
         return None
@@ -257,7 +273,12 @@ def _generation(s: Session) -> dict[str, Any] | None:
     }
 
 
-def _fields(obj: msgspec.Struct, omit_none: bool = False) -> dict[str, Any]:
+def _called_from(frame: StackFrame | None) -> CalledFrom | None:
+    # the findings room's helper, typed: {file, line, code} or None
+    return cast("CalledFrom | None", called_from_dict(frame))
+
+
+def _fields(obj: msgspec.Struct, omit_none: bool = False) -> Fields:
     """A typed value as the JSON object the report shows (every field, by name)."""
     out = {name: msgspec.to_builtins(getattr(obj, name)) for name in obj.__struct_fields__}
     return {k: v for k, v in out.items() if v is not None} if omit_none else out

@@ -30,53 +30,28 @@ judged as ``ctmon bench`` judges it (ctmon/report/bench.py):
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import statistics
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Mapping
 
-import numpy as np
-
-from ctmon.report.bench import CLOSE, STEADY_MIN, _gpu_peak, _interval
+from ctmon.report.bench import CLOSE, _gpu_peak
+from ctmon.report.diff_entries import Diff, frame_key, more_is_worse, place, relative
+from ctmon.report.diff_model import BreakKey, CompileCall, DiffDoc, DiffEntry, FrameKey, Place, Ran, RunSummary, Side
+from ctmon.report.diff_timing import (
+    BLOCKS,
+    COMPILE_CLOSE,
+    COMPILE_MIN_S,
+    MEMORY_MIN_BYTES,
+    compile_time,
+    gpu_memory,
+    steady_blocks,
+    step_time,
+)
+from ctmon.report.model import Fields, Frame, GraphBreak, Report, cache_results
 from ctmon.store import Session
-from ctmon.words.labels import CACHE_NAMES, PHASE_NAMES
-from ctmon.words.locations import where
-from ctmon.words.units import ms_sig
+from ctmon.words.labels import CACHE_NAMES
 
 DIFF_VERSION = 1
-BLOCKS = 5  # step-time samples per run (bench runs a mode 3-7 times)
-COMPILE_CLOSE = 0.10  # compile-time changes under 10 % are not called
-COMPILE_MIN_S = 1.0  # nor under a second
-MEMORY_MIN_BYTES = 64 << 20
-
-# The order entries are listed in: what a user acts on first.
-KIND_ORDER = (
-    "limit_hit",
-    "graph_break",
-    "recompile",
-    "frame",
-    "frame_compiles",
-    "count",
-    "compile_time",
-    "cache",
-    "step_time",
-    "gpu_memory",
-    "version",
-    "config",
-    "compile_call",
-)
-
-# ctmon's own split of a compile's time (dynamo, backend), then PyTorch's
-# traced phases: inductor and code_gen are timed both ways, the rest traced only.
-PHASE_LABELS = {
-    "dynamo": "Dynamo (tracing and guards)",
-    "backend": "the backend (AOTAutograd and Inductor)",
-    "inductor": PHASE_NAMES["inductor"],
-    "code_gen": PHASE_NAMES["code_gen"],
-    **{k: f"{PHASE_NAMES[k]} (traced)" for k in ("dynamo_tracing", "guards", "aot_autograd", "autotune", "backward")},
-}
 COUNTS = {
     "compiles": "compiles",
     "recompiles": "recompiles",
@@ -93,7 +68,7 @@ _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?\s*:\s*")  # "0/0: " before a recomp
 # ------------------------------------------------------------- one side
 
 
-def run_summary(path: str, session: Session, report: dict[str, Any]) -> dict[str, Any]:
+def run_summary(path: str, session: Session, report: Report) -> RunSummary:
     """What the comparison reads of one run: the report's compile side, and
     what only the store has (steady steps in blocks, settings in force)."""
     cs = session.compile
@@ -114,10 +89,7 @@ def run_summary(path: str, session: Session, report: dict[str, Any]) -> dict[str
             **{str(k): v for k, v in cs.config_in_force([c.compile_id for c in cs.compiles]).items()},
             "recompile_limit": report["compile"]["recompile_limit"],
         },
-        "compile_calls": [
-            {k: c.get(k) for k in ("file", "line", "backend", "mode", "dynamic", "fullgraph")}
-            for c in report["compile_calls"]
-        ],
+        "compile_calls": [_compile_call(c) for c in report["compile_calls"]],
         "compile": report["compile"],
         "cache": report["cache"],
         "frames": report["frames"],
@@ -129,10 +101,22 @@ def run_summary(path: str, session: Session, report: dict[str, Any]) -> dict[str
     }
 
 
+def _compile_call(c: Fields) -> CompileCall:
+    """A torch.compile call's place and the arguments a diff sets beside the other run's."""
+    return {
+        "file": c.get("file"),
+        "line": c.get("line"),
+        "backend": c.get("backend"),
+        "mode": c.get("mode"),
+        "dynamic": c.get("dynamic"),
+        "fullgraph": c.get("fullgraph"),
+    }
+
+
 NEW_SINCE_BASE_KINDS = ("limit_hit", "graph_break", "recompile", "frame")
 
 
-def is_new_since_base(entry: dict[str, Any]) -> bool:
+def is_new_since_base(entry: DiffEntry) -> bool:
     """A break site, recompile reason, frame or limit hit NEW has and BASE
     had not (not one whose count only changed)."""
     return (
@@ -140,50 +124,7 @@ def is_new_since_base(entry: dict[str, Any]) -> bool:
     )
 
 
-def steady_blocks(session: Session) -> dict[str, Any]:
-    """The run's steady step times (bench's ``_steady``: after the last
-    compile; the last half where fewer than ``STEADY_MIN`` come after it),
-    their p50/p90, and the p50/p90 of each of up to ``BLOCKS`` consecutive
-    blocks. Array slices, not a loop over boundaries: a day-long run has
-    millions."""
-    series = session.steps.current
-    empty: dict[str, Any] = {"steady": 0, "p50_ms": None, "p90_ms": None, "blocks_p50_ms": [], "blocks_p90_ms": []}
-    if series is None or len(series) < 2:
-        return empty
-    ms = _intervals_ms(series)
-    ends = [c.span[1] for c in session.compile.compiles]
-    for rs in session.ranks.values():
-        ends += [c.span[1] for c in rs.session.compile.compiles]
-    ends += [p.end for p in session.compile.phases.spans if p.phase == "backward"]
-    first = max(1, series.times.count_until(max(ends)) + 1) if ends else 1
-    steady = ms[first:]
-    steady = steady[steady > 0]
-    if len(steady) < STEADY_MIN:
-        half = ms[max(1, len(ms) // 2) :]
-        steady = half[half > 0]
-    if not len(steady):
-        return empty
-    n_blocks = min(BLOCKS, len(steady) // STEADY_MIN)
-    blocks = np.array_split(steady, n_blocks) if n_blocks >= 2 else []
-    return {
-        "steady": int(len(steady)),
-        "device_timed": bool(series.device_windows),
-        "p50_ms": round(float(np.percentile(steady, 50)), 4),
-        "p90_ms": round(float(np.percentile(steady, 90)), 4),
-        "blocks_p50_ms": [round(float(np.percentile(b, 50)), 4) for b in blocks],
-        "blocks_p90_ms": [round(float(np.percentile(b, 90)), 4) for b in blocks],
-    }
-
-
-def _intervals_ms(series: Any) -> Any:
-    """Every interval in ms by boundary index (0 or NaN where unknown)."""
-    if series.eff_ms is not None:
-        out = np.frombuffer(series.eff_ms, dtype=np.float32).astype(np.float64)
-        return np.nan_to_num(out, nan=0.0)
-    return np.frombuffer(series.ns, dtype=np.int64) / 1e6
-
-
-def same_job(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+def same_job(base: Ran, new: Ran) -> str | None:
     """Why BASE and NEW are not runs of one job (their scripts differ), or
     None. A side that does not say what it ran (a TORCH_TRACE) matches any."""
     a, b = script_of(base.get("command") or []), script_of(new.get("command") or [])
@@ -205,42 +146,23 @@ def script_of(command: list[str]) -> str | None:
 # ------------------------------------------------------------ comparing
 
 
-class Diff:
-    """The four lists, filled as figures are compared."""
-
-    def __init__(self) -> None:
-        self.lists: dict[str, list[dict[str, Any]]] = {
-            "regressions": [],
-            "improvements": [],
-            "changed": [],
-            "unchanged": [],
-        }
-
-    def add(self, verdict: str, kind: str, subject: str, what: str, base: Any, new: Any, **more: Any) -> None:
-        self.lists[verdict].append({"kind": kind, "subject": subject, "what": what, "base": base, "new": new, **more})
-
-    def ordered(self) -> dict[str, list[dict[str, Any]]]:
-        rank = {k: i for i, k in enumerate(KIND_ORDER)}
-        return {name: sorted(xs, key=lambda e: rank.get(e["kind"], len(rank))) for name, xs in self.lists.items()}
-
-
-def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def compare(base: RunSummary, new: RunSummary) -> DiffDoc:
     """The diff of two run summaries (``run_summary``), as ``--json`` prints it."""
     d = Diff()
     _limit_hits(d, base, new)
     _graph_breaks(d, base, new)
     _frames(d, base, new)
     _counts(d, base, new)
-    _compile_time(d, base, new)
+    compile_time(d, base, new)
     _caches(d, base, new)
-    _step_time(d, base, new)
-    _gpu_memory(d, base, new)
+    step_time(d, base, new)
+    gpu_memory(d, base, new)
     _settings(d, base, new)
     return {
         "diff_version": DIFF_VERSION,
         "base": _side(base),
         "new": _side(new),
-        **d.ordered(),
+        **d.ordered(),  # regressions, improvements, changed, unchanged
         "method": METHOD,
     }
 
@@ -261,41 +183,29 @@ METHOD = {
 }
 
 
-def _side(run: dict[str, Any]) -> dict[str, Any]:
-    return {k: run.get(k) for k in ("path", "input", "command", "session_id")}
-
-
-def relative(file: str | None, run: dict[str, Any]) -> str | None:
-    """A file as the job's working directory saw it: runs made in two
-    checkouts still name one place."""
-    cwd = run.get("cwd")
-    if file and cwd and file.startswith(cwd.rstrip("/") + "/"):
-        return file[len(cwd.rstrip("/")) + 1 :]
-    return file
-
-
-def _place(file: str | None, line: int | None) -> str:
-    return where(file, line) if file else "?"
+def _side(run: RunSummary) -> Side:
+    return {
+        "path": run.get("path"),
+        "input": run.get("input"),
+        "command": run.get("command"),
+        "session_id": run.get("session_id"),
+    }
 
 
 # -- frames, recompiles, the limit
 
 
-def _frame_key(f: dict[str, Any], run: dict[str, Any]) -> tuple[Any, ...]:
-    return (relative(f.get("file"), run), f.get("line"), f.get("name"))
-
-
-def _at(key: tuple[Any, ...]) -> dict[str, Any]:
+def _at(key: FrameKey | BreakKey) -> Place:
     """Where an entry new since BASE is (its file relative to the job's
     working directory): for the findings of NEW at that place."""
     return {"file": key[0], "line": key[1]}
 
 
-def _frame_title(f: dict[str, Any], run: dict[str, Any]) -> str:
-    return f"{f.get('name')} ({_place(relative(f.get('file'), run), f.get('line'))})"
+def _frame_title(f: Frame, run: RunSummary) -> str:
+    return f"{f.get('name')} ({place(relative(f.get('file'), run), f.get('line'))})"
 
 
-def _reasons(f: dict[str, Any]) -> list[str]:
+def _reasons(f: Frame) -> list[str]:
     """A frame's recompile reasons without the compile id each begins with
     (the ids are not the same in two runs)."""
     out: list[str] = []
@@ -306,9 +216,9 @@ def _reasons(f: dict[str, Any]) -> list[str]:
     return out
 
 
-def _frames(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
-    bf = {_frame_key(f, base): f for f in base["frames"]}
-    nf = {_frame_key(f, new): f for f in new["frames"]}
+def _frames(d: Diff, base: RunSummary, new: RunSummary) -> None:
+    bf = {frame_key(f, base): f for f in base["frames"]}
+    nf = {frame_key(f, new): f for f in new["frames"]}
     for key, f in nf.items():
         title = _frame_title(f, new)
         if key not in bf:
@@ -326,7 +236,7 @@ def _frames(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
         for reason in before:
             if reason not in after:
                 d.add("improvements", "recompile", title, f"recompile gone from {title}: {reason}", reason, None)
-        verdict = _more_is_worse(old["compiles"], f["compiles"])
+        verdict = more_is_worse(old["compiles"], f["compiles"])
         what = f"{title}: {old['compiles']} → {f['compiles']} compiles"
         d.add(
             verdict, "frame_compiles", title, what if verdict != "unchanged" else title, old["compiles"], f["compiles"]
@@ -337,69 +247,75 @@ def _frames(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
             d.add("improvements", "frame", title, f"{title} is compiled in BASE only", f["compiles"], None)
 
 
-def _limit_hits(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
-    bf = {_frame_key(f, base): f for f in base["frames"]}
+def _limit_hits(d: Diff, base: RunSummary, new: RunSummary) -> None:
+    bf = {frame_key(f, base): f for f in base["frames"]}
     for f in new["frames"]:
-        old = bf.get(_frame_key(f, new))
+        old = bf.get(frame_key(f, new))
         was = bool(old and old.get("limit_hit"))
         if f.get("limit_hit") and not was:
             title = _frame_title(f, new)
             limit = f.get("recompile_limit")
             what = f"{title} now hits the recompile limit ({limit}) and runs eager"
-            d.add("regressions", "limit_hit", title, what, False, True, **_at(_frame_key(f, new)))
-    nf = {_frame_key(f, new): f for f in new["frames"]}
+            d.add("regressions", "limit_hit", title, what, False, True, **_at(frame_key(f, new)))
+    nf = {frame_key(f, new): f for f in new["frames"]}
     for f in base["frames"]:
-        now = nf.get(_frame_key(f, base))
+        now = nf.get(frame_key(f, base))
         if f.get("limit_hit") and not (now and now.get("limit_hit")):
             title = _frame_title(f, base)
             d.add("improvements", "limit_hit", title, f"{title} no longer hits the recompile limit", True, False)
 
 
-def _more_is_worse(a: float, b: float) -> str:
-    return "regressions" if b > a else "improvements" if b < a else "unchanged"
-
-
 # -- graph breaks
 
 
-def _break_key(b: dict[str, Any], run: dict[str, Any]) -> tuple[Any, ...]:
+def _break_key(b: GraphBreak, run: RunSummary) -> BreakKey:
     return (relative(b.get("file"), run), b.get("line"), b.get("reason"))
 
 
-def _graph_breaks(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
+def _graph_breaks(d: Diff, base: RunSummary, new: RunSummary) -> None:
     bb = {_break_key(b, base): b for b in base["graph_breaks"]}
     nb = {_break_key(b, new): b for b in new["graph_breaks"]}
     for key, b in nb.items():
-        place = _place(key[0], key[1])
+        at = place(key[0], key[1])
         if key not in bb:
-            what = f"new graph break at {place}: {b.get('reason')} ({b.get('count')}×)"
-            d.add("regressions", "graph_break", place, what, None, b.get("count"), reason=b.get("reason"), **_at(key))
+            what = f"new graph break at {at}: {b.get('reason')} ({b.get('count')}×)"
+            d.add("regressions", "graph_break", at, what, None, b.get("count"), reason=b.get("reason"), **_at(key))
         else:
-            d.add("unchanged", "graph_break", place, f"graph break at {place}", bb[key].get("count"), b.get("count"))
+            d.add("unchanged", "graph_break", at, f"graph break at {at}", bb[key].get("count"), b.get("count"))
     for key, b in bb.items():
         if key not in nb:
-            place = _place(key[0], key[1])
-            what = f"graph break gone at {place}: {b.get('reason')}"
-            d.add("improvements", "graph_break", place, what, b.get("count"), None, reason=b.get("reason"))
+            at = place(key[0], key[1])
+            what = f"graph break gone at {at}: {b.get('reason')}"
+            d.add("improvements", "graph_break", at, what, b.get("count"), None, reason=b.get("reason"))
 
 
 # -- totals
 
 
-def _counts(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
+def _counts(d: Diff, base: RunSummary, new: RunSummary) -> None:
     for key, label in COUNTS.items():
-        a, b = base["compile"].get(key), new["compile"].get(key)
+        a, b = _count(base, key), _count(new, key)
         if a is None or b is None:
             continue
-        verdict = _more_is_worse(a, b)
+        verdict = more_is_worse(a, b)
         d.add(verdict, "count", key, f"{label} {a} → {b}" if a != b else label, a, b)
 
 
-def _caches(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
+def _count(run: RunSummary, key: str) -> float | None:
+    """One of COUNTS of a run (None: the run's summary has none)."""
+    counts: Mapping[str, object] = run["compile"]
+    return _number(counts.get(key))
+
+
+def _number(value: object) -> float | None:
+    return value if isinstance(value, (int, float)) else None
+
+
+def _caches(d: Diff, base: RunSummary, new: RunSummary) -> None:
     for cache, label in CACHES.items():
-        a, b = base["cache"].get(cache) or {}, new["cache"].get(cache) or {}
+        a, b = cache_results(base["cache"], cache), cache_results(new["cache"], cache)
         for field in ("miss", "bypass", "hit"):
-            x, y = a.get(field), b.get(field)
+            x, y = _number(a.get(field)), _number(b.get(field))
             if x is None or y is None:
                 continue
             subject = f"{cache}.{field}"
@@ -412,142 +328,13 @@ def _caches(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
                 # fewer hits alone is no regression (fewer compiles asked); more is one cache working
                 d.add("improvements" if y > x else "changed", "cache", subject, what, x, y)
             else:
-                d.add(_more_is_worse(x, y), "cache", subject, what, x, y)
-
-
-# -- compile time
-
-
-def _compile_time(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
-    total = _paired(base, new, lambda c: c.get("time_s"))
-    _time_entry(d, "total", "compile time", base["compile"]["total_time_s"], new["compile"]["total_time_s"], total)
-    getters: dict[str, Callable[[dict[str, Any]], float | None]] = {
-        "dynamo": lambda c: _minus(c.get("time_s"), (c.get("phases_s") or {}).get("backend")),
-        "backend": lambda c: (c.get("phases_s") or {}).get("backend"),
-        "inductor": lambda c: (c.get("phases_s") or {}).get("inductor"),
-        "code_gen": lambda c: (c.get("phases_s") or {}).get("code_gen"),
-    }
-    bp, np_ = base["compile"].get("phases_s") or {}, new["compile"].get("phases_s") or {}
-    for phase, get in getters.items():
-        if phase in bp or phase in np_:
-            pairs = _paired(base, new, get)
-            _time_entry(
-                d, f"phase:{phase}", f"compile time in {PHASE_LABELS[phase]}", bp.get(phase), np_.get(phase), pairs
-            )
-    bt, nt = base["compile"].get("traced_phases_s") or {}, new["compile"].get("traced_phases_s") or {}
-    if not bt or not nt:
-        return  # a run recorded before ctmon read PyTorch's phase timers has none: nothing to set beside
-    for phase in sorted(set(bt) | set(nt)):
-        label = PHASE_LABELS.get(phase, phase)
-        _time_entry(d, f"traced:{phase}", f"compile time in {label}", bt.get(phase, 0.0), nt.get(phase, 0.0), [])
-
-
-def _minus(a: float | None, b: float | None) -> float | None:
-    return None if a is None else a - (b or 0.0)
-
-
-def _paired(base: dict[str, Any], new: dict[str, Any], get: Callable[[dict[str, Any]], float | None]) -> list[float]:
-    """NEW over BASE for each compile that pairs up: the same frame's k-th
-    compile in both runs (compile ids differ between runs; frames do not)."""
-
-    def by_frame(run: dict[str, Any]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-        keys = {f["frame_id"]: _frame_key(f, run) for f in run["frames"]}
-        out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for c in run["compiles"]:
-            key = keys.get(c.get("frame_id"))
-            if key is not None:
-                out.setdefault(key, []).append(c)
-        return out
-
-    a, b = by_frame(base), by_frame(new)
-    ratios = []
-    for key, cs in a.items():
-        for x, y in zip(cs, b.get(key, []), strict=False):
-            u, v = get(x), get(y)
-            if u and v and u > 0 and v > 0:
-                ratios.append(v / u)
-    return ratios
-
-
-def _time_entry(d: Diff, subject: str, label: str, a: float | None, b: float | None, ratios: list[float]) -> None:
-    if a is None or b is None:
-        return
-    delta = b - a
-    big = abs(delta) > COMPILE_MIN_S and abs(delta) > COMPILE_CLOSE * a
-    ci = _interval(ratios)
-    resolved = big and (ci is None or not (ci[0] <= 1 <= ci[1]))
-    what = f"{label} {_s(a)} → {_s(b)} ({'+' if delta >= 0 else '−'}{_s(abs(delta))})"
-    extra: dict[str, Any] = {"ratio_ci": ci, "paired": len(ratios)}
-    if not resolved:
-        why = "within noise" if big else f"under {COMPILE_CLOSE:.0%} or {COMPILE_MIN_S:g} s"
-        shown = f"{label} ({_s(a)} → {_s(b)}, {why})" if abs(delta) >= 0.005 else label
-        d.add("unchanged", "compile_time", subject, shown, a, b, **extra)
-        return
-    d.add("regressions" if delta > 0 else "improvements", "compile_time", subject, what, a, b, **extra)
-
-
-def _s(v: float) -> str:
-    return f"{v:.2f} s" if v < 100 else f"{v:.0f} s"
-
-
-# -- step time and memory
-
-
-def _spread(samples: list[float]) -> float | None:
-    """bench's noise: half the range of the samples over their median."""
-    if len(samples) < 2:
-        return None
-    mid = statistics.median(samples)
-    return (max(samples) - min(samples)) / 2 / mid if mid > 0 else None
-
-
-def _step_time(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
-    bs, ns = base.get("steps") or {}, new.get("steps") or {}
-    for q in ("p50", "p90"):
-        a, b = bs.get(f"{q}_ms"), ns.get(f"{q}_ms")
-        subject, label = f"step_{q}", f"steady step time {q}"
-        if a is None or b is None:
-            if a is not None or b is not None:
-                d.add("changed", "step_time", subject, f"{label}: measured in one run only", a, b)
-            continue
-        sa, sb = bs.get(f"blocks_{q}_ms") or [], ns.get(f"blocks_{q}_ms") or []
-        spread = max(_spread(sa) or 0.0, _spread(sb) or 0.0)
-        ca, cb = _interval(sa), _interval(sb)
-        change = b / a - 1 if a > 0 else math.inf
-        over = max(CLOSE, spread)
-        apart = ca is not None and cb is not None and (cb[0] > ca[1] or cb[1] < ca[0])
-        extra = {"change_pct": round(100 * change, 2), "noise_pct": round(100 * over, 2), "base_ci": ca, "new_ci": cb}
-        what = f"{label} {ms_sig(a)} → {ms_sig(b)} ({change:+.1%}; noise ±{over:.1%})"
-        if abs(change) > over and apart:
-            d.add("regressions" if change > 0 else "improvements", "step_time", subject, what, a, b, **extra)
-        else:
-            why = "too few steady steps to tell" if ca is None or cb is None else f"within noise ±{over:.1%}"
-            d.add("unchanged", "step_time", subject, f"{label} ({ms_sig(a)} → {ms_sig(b)}, {why})", a, b, **extra)
-
-
-def _gpu_memory(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
-    a, b = base.get("gpu_mem_peak_bytes"), new.get("gpu_mem_peak_bytes")
-    if a is None and b is None:
-        return
-    if a is None or b is None:
-        d.add("changed", "gpu_memory", "gpu_mem_peak", "GPU memory peak: measured in one run only", a, b)
-        return
-    delta = b - a
-    what = f"GPU memory peak {_gib(a)} → {_gib(b)} ({delta / a:+.1%})" if a else f"GPU memory peak → {_gib(b)}"
-    if abs(delta) > MEMORY_MIN_BYTES and (not a or abs(delta) > CLOSE * a):
-        d.add("regressions" if delta > 0 else "improvements", "gpu_memory", "gpu_mem_peak", what, a, b)
-    else:
-        d.add("unchanged", "gpu_memory", "gpu_mem_peak", f"GPU memory peak ({_gib(a)} → {_gib(b)}, within noise)", a, b)
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+                d.add(more_is_worse(x, y), "cache", subject, what, x, y)
 
 
 # -- versions and settings
 
 
-def _settings(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
+def _settings(d: Diff, base: RunSummary, new: RunSummary) -> None:
     for key, a in base["versions"].items():
         b = new["versions"].get(key)
         _setting(d, "version", key, key, a, b)
@@ -560,12 +347,12 @@ def _settings(d: Diff, base: dict[str, Any], new: dict[str, Any]) -> None:
         old = calls_a.get((relative(c.get("file"), new), c.get("line")))
         if old is None:
             continue
-        place = _place(relative(c.get("file"), new), c.get("line"))
+        at = place(relative(c.get("file"), new), c.get("line"))
         for key in ("backend", "mode", "dynamic", "fullgraph"):
-            _setting(d, "compile_call", f"{place}:{key}", f"torch.compile at {place}: {key}", old.get(key), c.get(key))
+            _setting(d, "compile_call", f"{at}:{key}", f"torch.compile at {at}: {key}", old.get(key), c.get(key))
 
 
-def _setting(d: Diff, kind: str, subject: str, label: str, a: Any, b: Any) -> None:
+def _setting(d: Diff, kind: str, subject: str, label: str, a: object, b: object) -> None:
     if a is None or b is None:
         return  # not known of one run (a TORCH_TRACE has no versions): no difference can be said
     if a == b:
@@ -574,5 +361,5 @@ def _setting(d: Diff, kind: str, subject: str, label: str, a: Any, b: Any) -> No
         d.add("changed", kind, subject, f"{label} {_v(a)} → {_v(b)}", a, b)
 
 
-def _v(x: Any) -> str:
+def _v(x: object) -> str:
     return str(x)

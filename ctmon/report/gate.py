@@ -35,7 +35,8 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from ctmon.report.model import Note, Noted, Report, steps_of
 
 BUDGET_EXIT = 3
 RECORDING_EXIT = 4  # a gate's budgets unverified: the recording is incomplete or unreadable
@@ -50,11 +51,11 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-def _findings(severity: str) -> Callable[[dict[str, Any]], float]:
+def _findings(severity: str) -> Callable[[Report], float]:
     return lambda r: float(sum(1 for f in r.get("findings") or [] if f.get("severity") == severity))
 
 
-METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
+METRICS: dict[str, Callable[[Report], float | None]] = {
     "recompiles": lambda r: r["compile"]["recompiles"],
     "compiles": lambda r: r["compile"]["compiles"],
     "graph_breaks": lambda r: r["compile"]["graph_breaks"],
@@ -67,9 +68,9 @@ METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "cache_bypasses": lambda r: r["cache"]["fx_graph"]["bypass"] + r["cache"]["aot_autograd"]["bypass"],
     "critical_findings": _findings("critical"),
     "warning_findings": _findings("warning"),
-    "p50_ms": lambda r: r["steps"]["p50_ms"],
-    "p90_ms": lambda r: r["steps"]["p90_ms"],
-    "steps": lambda r: r["steps"]["count"],
+    "p50_ms": lambda r: steps_of(r)["p50_ms"],
+    "p90_ms": lambda r: steps_of(r)["p90_ms"],
+    "steps": lambda r: steps_of(r)["count"],
 }
 
 # Counted from the step ring, not from PyTorch's trace logger.
@@ -91,7 +92,7 @@ class Budget:
     limit: float
     text: str
 
-    def check(self, report: dict[str, Any]) -> tuple[bool, float | None]:
+    def check(self, report: Report) -> tuple[bool, float | None]:
         value = METRICS[self.metric](report)
         if value is None:
             return False, None
@@ -108,22 +109,22 @@ def parse(text: str) -> Budget:
     return Budget(metric, op, float(num), text.strip())
 
 
-def capture_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
+def capture_notes(report: Noted) -> list[Note]:
     """The notes that say compile capture was off for a while."""
     return [n for n in report.get("notes") or [] if isinstance(n, dict) and n.get("source") == CAPTURE_SOURCE]
 
 
-def capture_lost(report: dict[str, Any]) -> bool:
+def capture_lost(report: Noted) -> bool:
     """Compile events are (or may be) missing from this run."""
     return any(n.get("level") != "info" for n in capture_notes(report))
 
 
-def recording_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
+def recording_notes(report: Noted) -> list[Note]:
     """The note that ends a recording the disk kept events from (empty: none)."""
     return [n for n in report.get("notes") or [] if isinstance(n, dict) and n.get("source") == RECORDING_SOURCE]
 
 
-def capture_lines(report: dict[str, Any], quiet: bool = False, incomplete_notes: bool = True) -> list[str]:
+def capture_lines(report: Noted, quiet: bool = False, incomplete_notes: bool = True) -> list[str]:
     """What `record` and `report` print about capture gaps, and about a
     recording that says it is incomplete (warnings even when quiet;
     ``incomplete_notes=False``: the caller says that itself)."""
@@ -148,7 +149,7 @@ def incomplete_line(path: str, events: int, steps: int, reason: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def broken(budgets: list[Budget], report: dict[str, Any], incomplete: str | None = None) -> list[str]:
+def broken(budgets: list[Budget], report: Report, incomplete: str | None = None) -> list[str]:
     """One message per broken budget, or per budget a capture gap or an
     incomplete recording leaves unverified (``incomplete``: why the recording
     is, when the caller knows; else its note says)."""

@@ -4,16 +4,10 @@ terminal first: recorded strings are cleaned as in the text report)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from ctmon.report.text import (
-    NOTES_SHOWN,
-    ended_text,
-    exit_text,
-    generation_text,
-    rank_lines,
-    warning_notes,
-)
+from ctmon.report.model import CompileTotals, Report, StepRuntime, System, steps_of
+from ctmon.report.sentences import NOTES_SHOWN, generation_text, rank_lines, warning_notes
+from ctmon.report.text import ended_text, exit_text
 from ctmon.words.locations import where
 from ctmon.words.phrases import cut
 from ctmon.words.textsafe import clean, clean_tree
@@ -22,9 +16,9 @@ from ctmon.words.units import ms_or_s, seconds
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
 
-def _system(sysr: dict[str, Any]) -> str:
+def _system(sysr: System) -> str:
     parts = [
-        f"GPU {g['index']}: utilisation mean {g['util_mean']}%, memory peak {g['memory_peak_bytes'] / 2**30:.1f} GiB"
+        f"GPU {g['index']}: utilisation mean {g['util_mean']}%, memory peak {(g['memory_peak_bytes'] or 0) / 2**30:.1f} GiB"
         for g in sysr["gpus"]
         if g.get("memory_peak_bytes")
     ]
@@ -35,7 +29,7 @@ def _system(sysr: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _compiles(c: dict[str, Any]) -> str:
+def _compiles(c: CompileTotals) -> str:
     """``8 (7 recompiles) + 1 refused at the recompile limit, 1.20 s``: as the text report says them."""
     refused = c["limit_hits"]
     compiled, recompiled = max(0, c["compiles"] - refused), max(0, c["recompiles"] - refused)
@@ -43,7 +37,7 @@ def _compiles(c: dict[str, Any]) -> str:
     return f"{compiled} ({recompiled} recompiles){limit}, {seconds(c['total_time_s'])}"
 
 
-def _shares(rt: dict[str, Any]) -> str:
+def _shares(rt: StepRuntime) -> str:
     return (
         f"{rt['graph_share']:.0%} compiled graphs, {rt['glue_share']:.0%} eager code between graphs, "
         f"{rt['other_share']:.0%} elsewhere"
@@ -100,16 +94,17 @@ def code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def markdown(r: dict[str, Any]) -> str:
-    r = clean_tree(r)
+def markdown(report: Report) -> str:
+    r: Report = clean_tree(report)
     cwd = r.get("cwd")
     cmd = " ".join(r.get("command") or []) or "job"
-    st, c, cache = r["steps"], r["compile"], r["cache"]
+    st, c, cache = steps_of(r), r["compile"], r["cache"]
     out = [
         f"### ctmon: {code(cmd)} {ended_text(r) if r.get('duration_s') else exit_text(r)}",
         "",
     ]
     fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
+    generation, runtime, system = r.get("generation"), st.get("runtime"), r.get("system")
     rows = [
         (
             "Steps",
@@ -117,18 +112,13 @@ def markdown(r: dict[str, Any]) -> str:
             if st["count"]
             else ("not in a PyTorch trace" if st["count"] is None else "no step boundaries"),
         ),
-        *([("Generation", generation_text(r["generation"]))] if r.get("generation") else []),
+        *([("Generation", generation_text(generation))] if generation else []),
         *(
-            [
-                (
-                    "Step time (host)" if st["runtime"].get("graphs_timed") else "Step time (sampled)",
-                    _shares(st["runtime"]),
-                )
-            ]
-            if (st.get("runtime") or {}).get("graph_share") is not None
+            [("Step time (host)" if runtime.get("graphs_timed") else "Step time (sampled)", _shares(runtime))]
+            if runtime and runtime.get("graph_share") is not None
             else []
         ),
-        *([("System", _system(r["system"]))] if (r.get("system") or {}).get("samples") else []),
+        *([("System", _system(system))] if system and system.get("samples") else []),
         ("Compiles", _compiles(c)),
         ("Graph breaks", f"{c['graph_breaks']} at {len(r.get('graph_breaks') or [])} site(s)"),
         ("Recompile-limit hits", str(c["limit_hits"])),
@@ -147,8 +137,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += [f"#### Findings ({len(findings)})", ""]
         for f in findings:
             at = _where(f.get("file"), f.get("line"), cwd)
-            called = f.get("called_from") or {}
-            if called.get("file"):  # the user's own line first: the library's place is where it led
+            called = f.get("called_from")
+            if called and called.get("file"):  # the user's own line first: the library's place is where it led
                 at = (
                     f"{_where(called['file'], called.get('line'), cwd)} → {at}"
                     if at

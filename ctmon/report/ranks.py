@@ -8,10 +8,13 @@ rank's own store, plus what processes that are no rank (the launcher) did.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
+from ctmon.report.model import Cache, CacheResults, CompileTotals, Rank
 from ctmon.store import Session
-from ctmon.store.compiles import CompileState
+from ctmon.store.compile_state import CompileState
+from ctmon.store.compiles import CacheCounts
 from ctmon.store.launcher_failures import rank_failures
 from ctmon.wire.protocol import COMPILE_PHASES
 
@@ -20,7 +23,12 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
-def compile_counts(cs: CompileState) -> dict[str, Any]:
+# One process's counts before they are summed over ranks: plain dicts,
+# walked key by key (``_add``, ``_finish``) whatever they hold.
+Counts = dict[str, Any]
+
+
+def compile_counts(cs: CompileState) -> Counts:
     return {
         "compiles": cs.compile_count,
         "recompiles": cs.recompile_count,
@@ -56,7 +64,7 @@ def compile_phases(cs: CompileState) -> dict[str, float]:
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def cache_counts(cs: CompileState) -> dict[str, Any]:
+def cache_counts(cs: CompileState) -> Counts:
     return {
         **{name: c.as_dict() for name, c in sorted(cs.cache.items())},
         "autotune": {"kernels": cs.autotune_kernels, "cached": cs.autotune_cached},
@@ -69,7 +77,17 @@ def cache_counts(cs: CompileState) -> dict[str, Any]:
 _KEEP = {"recompile_limit", "frames"}
 
 
-def job_totals(s: Session, counts: Any) -> dict[str, Any]:
+def job_compile(s: Session) -> CompileTotals:
+    """The report's ``compile``: every rank's compile counts, summed."""
+    return cast(CompileTotals, job_totals(s, compile_counts))
+
+
+def job_cache(s: Session, cache_dir: str | None, entries_at_start: dict[str, int] | None) -> Cache:
+    """The report's ``cache``: every rank's cache results, summed, and where the cache was."""
+    return cast(Cache, {**job_totals(s, cache_counts), "cache_dir": cache_dir, "entries_at_start": entries_at_start})
+
+
+def job_totals(s: Session, counts: Callable[[CompileState], Counts]) -> Counts:
     """``counts`` of the job: its session's, with every other rank's added."""
     total = counts(s.compile)
     others = [rs.session for r, rs in sorted(s.ranks.items()) if r != s.primary_rank]
@@ -83,7 +101,7 @@ def job_totals(s: Session, counts: Any) -> dict[str, Any]:
     return _finish(total)
 
 
-def _add(into: dict[str, Any], more: dict[str, Any]) -> None:
+def _add(into: Counts, more: Counts) -> None:
     for k, v in more.items():
         if k in _KEEP:
             if into.get(k) is None:
@@ -96,8 +114,8 @@ def _add(into: dict[str, Any], more: dict[str, Any]) -> None:
             into[k] = (into.get(k) or 0) + v
 
 
-def _finish(d: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _finish(d: Counts) -> Counts:
+    out: Counts = {}
     for k, v in d.items():
         if isinstance(v, Counter):
             out[k] = [{"reason": r, "count": n} for r, n in v.most_common()]
@@ -110,8 +128,8 @@ def _finish(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rank_reports(s: Session) -> list[dict[str, Any]]:
-    out = []
+def rank_reports(s: Session) -> list[Rank]:
+    out: list[Rank] = []
     failed = (
         {f.rank: f for f in rank_failures(x.text for x in s.output.lines if x.stream == "stderr")} if s.ranks else {}
     )
@@ -146,8 +164,12 @@ def rank_reports(s: Session) -> list[dict[str, Any]]:
                     "failures": cs.failures,
                     "time_s": _r(cs.total_time_s + cs.bwd_time_s),
                 },
-                "cache": {name: c.as_dict() for name, c in sorted(cs.cache.items())},
+                "cache": {name: _results(c) for name, c in sorted(cs.cache.items())},
                 "gpu_mem_peak_bytes": rs.gpu_mem_peak,
             }
         )
     return out
+
+
+def _results(c: CacheCounts) -> CacheResults:
+    return {"hit": c.hit, "miss": c.miss, "bypass": c.bypass}

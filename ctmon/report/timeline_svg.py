@@ -114,7 +114,7 @@ def _label(y: float, text: str, limit: int | None = None) -> str:
     return f'<text x="{LEFT - 6}" y="{y + 20}" class="l" text-anchor="end">{_text(text, limit)}</text>'
 
 
-def _text(value: Any, limit: int | None = None) -> str:
+def _text(value: object, limit: int | None = None) -> str:
     """A name from the recording as XML character data: whatever it holds
     (control characters, lone surrogates), the SVG stays well-formed. Cleaned
     before it is cut, so an escape sequence is never split into visible text."""

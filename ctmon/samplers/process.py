@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psutil
 
 
 class ProcessSampler:
@@ -11,7 +14,7 @@ class ProcessSampler:
 
         self._psutil = psutil
         self._pid = pid
-        self._procs: dict[int, Any] = {}
+        self._procs: dict[int, psutil.Process] = {}
         self._root: psutil.Process | None
         try:
             self._root = psutil.Process(pid)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctmon.store.step_clock import StepClock
 from ctmon.store.step_stats import percentile
-from ctmon.store.steps import StepClock
 from ctmon.wire import events as E
 
 

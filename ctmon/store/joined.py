@@ -116,7 +116,7 @@ def joined_before(pid: int | None, before: dict[str, Any]) -> JoinedBefore:
     )
 
 
-def _frame(x: Any) -> BeforeFrame | None:
+def _frame(x: object) -> BeforeFrame | None:
     if not isinstance(x, dict):
         return None
     modules = [str(m) for m in _list(x.get("modules")) if isinstance(m, str)]
@@ -139,26 +139,26 @@ def _hits_misses(pair: tuple[int, int] | None) -> dict[str, int] | None:
     return None if pair is None else {"hit": pair[0], "miss": pair[1]}
 
 
-def _dict(x: Any) -> dict[str, Any]:
+def _dict(x: object) -> dict[str, Any]:
     return x if isinstance(x, dict) else {}
 
 
-def _list(x: Any) -> list[Any]:
+def _list(x: object) -> list[Any]:
     return x if isinstance(x, list) else []
 
 
-def _int(x: Any) -> int | None:
+def _int(x: object) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def _float(x: Any) -> float | None:
+def _float(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def from_report(d: dict[str, Any]) -> JoinedBefore:
     """Back from ``as_dict`` (a report's ``joined``), to say it in words."""
 
-    def pair(x: Any) -> tuple[int, int] | None:
+    def pair(x: object) -> tuple[int, int] | None:
         x = _dict(x)
         return (_int(x.get("hit")) or 0, _int(x.get("miss")) or 0) if x else None
 

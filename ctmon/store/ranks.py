@@ -91,25 +91,21 @@ KEPT_UNTIL_RANKED = (
 KEPT_MAX = 20_000  # a long job that never becomes a rank stops keeping
 
 
-class keeping:  # noqa: N801 - used as a function: keeping(session, handler)
-    """``handler``, keeping the rank-less events it folds until a rank is
-    declared. An object, not a closure: a store's snapshot (a deep copy)
-    must fold into the copy, and a copied instance refers to the copied
-    store and the copy's own bound handler."""
+def keeping(handler: Callable[[Session, Any], None]) -> Callable[[Session, Any], None]:
+    """``handler``, keeping the rank-less events it folds into the job's own
+    store until a rank is declared (a rank's own store keeps none: its
+    ``unranked`` is None)."""
 
-    def __init__(self, s: Session, handler: Callable[[Any], None]) -> None:
-        self.s = s
-        self.handler = handler
-
-    def __call__(self, ev: Any) -> None:
-        s = self.s
+    def keep_then_fold(s: Session, ev: E.Ranked) -> None:
         kept = s.unranked
         if kept is not None and ev.rank is None:
             if len(kept) < KEPT_MAX:
                 kept.append(ev)
             else:
                 s.unranked = None
-        self.handler(ev)
+        handler(s, ev)
+
+    return keep_then_fold
 
 
 def _adopt(s: Session, rs: RankState, ev: E.Process) -> None:

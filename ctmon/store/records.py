@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any
 
 from ctmon.wire import events as E
 
@@ -20,7 +19,7 @@ class LogEntry:
     kind: str  # compile | recompile | graph_break | cache | limit | note | exit | error
     text: str
     severity: str = "info"  # info | warning | critical
-    ref: Any = None  # compile id, break site key, ...
+    ref: object = None  # compile id, break site key, ...
 
 
 @dataclass

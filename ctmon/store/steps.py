@@ -21,13 +21,11 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import compress
-from typing import Any
 
 from ctmon.store import step_stats
 from ctmon.store.boundary_times import BoundaryTimes
 from ctmon.store.step_stats import StepStats, percentile, stats_of
 from ctmon.wire import events as E
-from ctmon.wire import protocol
 
 NAN = float("nan")
 MAX_DELTA_NS = 1 << 62  # ~146 years: anything larger is not a step interval
@@ -79,7 +77,7 @@ class StepSeries:
         self.times = BoundaryTimes(self)
         self._last_t = NAN  # wall time of the last boundary
         self._pending_windows: list[tuple[int, int, float]] = []
-        self._p50_cache: tuple[Any, float | None] | None = None
+        self._p50_cache: tuple[tuple[int, int], float | None] | None = None
         self._above: list[tuple[int, float]] = []
         self._above_floor: float | None = None
         self._above_next = 1
@@ -416,22 +414,6 @@ class StepSeries:
         return marked
 
 
-def _first_start(s: StepSeries) -> float | None:
-    """When the first step began, as a series replaced by a higher-ranked
-    one saw it: known where one compiled call came before the first step
-    ended (the loop's first forward). After several (a warm-up before the
-    loop, or gradient accumulation's micro-batches) the step's start is
-    not known. A series that ends steps passes on what it was told, where
-    its one boundary ended the same first step."""
-    if len(s.ns) != 1:
-        return None
-    return s.times[0] if s.source in STARTS_A_STEP else s.start_t
-
-
-def _earliest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
 class SeriesMark:
     """A step series at one moment (see ``StepSeries.mark``)."""
 
@@ -445,7 +427,7 @@ class SeriesMark:
         self.numbers = list(series.numbers)
         self.start_t = series.start_t
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> StepSeries:
+    def __deepcopy__(self, memo: dict[int, object]) -> StepSeries:
         live, n, nb = self.series, self.n, self.batches
         out = StepSeries(live.source)
         out.ns = live.ns[:n]
@@ -465,97 +447,3 @@ class SeriesMark:
             if touched:
                 out._reapply(touched)
         return out
-
-
-class StepClock:
-    """All step series of a session; the best-ranked one is 'the' steps."""
-
-    def __init__(self) -> None:
-        self.series: dict[str, StepSeries] = {}
-        self.current: StepSeries | None = None
-        # step numbers of a source whose boundaries have not come yet (they
-        # travel apart: the numbers on the agent's socket, the boundaries by the ring)
-        self._numbers: dict[str, list[tuple[int, int]]] = {}
-
-    def _get(self, src: str) -> StepSeries:
-        s = self.series.get(src)
-        if s is None:
-            s = self.series[src] = StepSeries(src)
-            for i, n in self._numbers.pop(src, ()):
-                s.add_number(i, n)
-            cur = self.current
-            if cur is None or protocol.STEP_RANK.get(src, -1) >= protocol.STEP_RANK.get(cur.source, -1):
-                self.current = s
-                # lower-ranked series are no longer needed
-                for name in list(self.series):
-                    if protocol.STEP_RANK.get(name, -1) < protocol.STEP_RANK.get(src, -1):
-                        s.start_t = _earliest(s.start_t, _first_start(self.series.pop(name)))
-        return s
-
-    def on_number(self, ev: E.StepNumber) -> bool:
-        """The job's own number of one step (see step_number)."""
-        if ev.i < 0:
-            return False
-        s = self.series.get(ev.src)
-        if s is not None:
-            s.add_number(ev.i, ev.n)
-            return True
-        cur = self.current
-        if ev.src not in protocol.STEP_RANK or (
-            cur is not None and protocol.STEP_RANK[ev.src] < protocol.STEP_RANK.get(cur.source, -1)
-        ):
-            return False  # a source the clock has left behind
-        kept = self._numbers.setdefault(ev.src, [])
-        if len(kept) < MAX_NUMBERS:
-            kept.append((ev.i, ev.n))
-        return True
-
-    def on_steps(self, ev: E.Steps) -> bool:
-        src = ev.src
-        cur = self.current
-        if cur is not None and src == cur.source and ev.i0 >= 0:  # the common case: the clock's next batch
-            cur.add_batch(ev.i0, ev.t, ev.ns, True)
-            return True
-        rank = protocol.STEP_RANK.get(src)
-        if rank is None or ev.i0 < 0:
-            return False
-        cur = self.current
-        if cur is not None and rank < protocol.STEP_RANK.get(cur.source, -1):
-            return False
-        self._get(src).add_batch(ev.i0, ev.t, ev.ns, checked=True)
-        return True
-
-    def on_steps_run(self, run: list[E.Steps]) -> int:
-        """Several ``steps`` events in a row; how many were taken. Stretches
-        of the clock's own batches go in together, anything else one by one."""
-        taken = 0
-        i, n = 0, len(run)
-        while i < n:
-            cur = self.current
-            if cur is None or run[i].src != cur.source:
-                taken += self.on_steps(run[i])
-                i += 1
-                continue
-            src = cur.source
-            j = i
-            while j < n and run[j].src == src:
-                j += 1
-            cur.add_batches(run[i:j])
-            taken += j - i
-            i = j
-        return taken
-
-    def on_device_time(self, ev: E.DeviceTime) -> bool:
-        s = self.series.get(ev.src)
-        if s is None:
-            return False
-        s.add_device_window(ev.i0, ev.i1, ev.ms)
-        return True
-
-    @property
-    def count(self) -> int:
-        return len(self.current) if self.current is not None else 0
-
-    @property
-    def source(self) -> str | None:
-        return self.current.source if self.current is not None else None

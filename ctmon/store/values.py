@@ -3,10 +3,8 @@ absent, never an exception (the store folds whatever a recording holds)."""
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def finite(v: Any) -> float | None:
+def finite(v: object) -> float | None:
     """A finite int/float field as float (bools, NaN and infinities are absent)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -17,6 +15,6 @@ def finite(v: Any) -> float | None:
     return f if f == f and abs(f) != float("inf") else None
 
 
-def nonempty(v: Any) -> str | None:
+def nonempty(v: object) -> str | None:
     """A non-empty string field."""
     return v if isinstance(v, str) and v else None

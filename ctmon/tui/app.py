@@ -27,8 +27,6 @@ every event in a ``Timeline`` and can show the store at any earlier point.
 from __future__ import annotations
 
 import asyncio
-import gc
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +38,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 
 from ctmon.read.feeds import Feed, FileBatch, RecordingFeed
 from ctmon.store import ExitInfo, Session
@@ -53,6 +52,7 @@ from ctmon.tui.replay_control import ReplayControl
 from ctmon.tui.safe import CLEAN_EVENTS, clean, clean_event
 from ctmon.tui.screens import ConfirmStop
 from ctmon.tui.timeline import Timeline
+from ctmon.tui.viewer_process import LEAVE_SIGNALS, tune_gc
 from ctmon.wire import protocol
 
 PAINT_WAIT_S = 0.25  # longest wait for the screen to be drawn between ingest slices
@@ -60,25 +60,7 @@ CLOCK_S = 1.0
 STOP_GIVE_UP_AFTER_KILL_S = 7.0  # the viewer waits this long for the exit once SIGKILL is due
 
 
-def _leave_signals() -> tuple[int, ...]:
-    """The signals whose default action would end the viewer's process and
-    that it can catch, SIGHUP and SIGINT aside (Ctrl-C is a key here; run_app
-    handles a hang-up). The viewer has no use for any of them: it cannot pass
-    them on to a job (a viewer's controls are interrupt, terminate, kill and
-    stop), so each ends it as SIGTERM does, in order, never leaving the
-    terminal in the alternate screen. Faults (SIGSEGV, SIGBUS, ...) keep their
-    default: no handler can resume the code that faulted."""
-    names = "SIGTERM SIGQUIT SIGALRM SIGUSR1 SIGUSR2 SIGVTALRM SIGPROF SIGIO SIGPWR SIGSTKFLT SIGXCPU SIGXFSZ".split()
-    sigs = [int(getattr(signal, n)) for n in names if hasattr(signal, n)]
-    if hasattr(signal, "SIGRTMIN") and hasattr(signal, "SIGRTMAX"):
-        sigs += range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1)
-    return tuple(sigs)
-
-
-LEAVE_SIGNALS = _leave_signals()
-
-
-__all__ = ["AppResult", "CtmonApp", "FeedEnded", "Ingest", "MainScreen", "TabStrip", "tune_gc"]
+__all__ = ["AppResult", "CtmonApp", "FeedEnded", "Ingest"]
 
 
 class Ingest(Message):
@@ -141,7 +123,7 @@ class CtmonApp(App[AppResult]):
         )
         self.view_refreshes = 0
         self.feed_error: str | None = None
-        self._refresh_timer: Any = None
+        self._refresh_timer: Timer | None = None
         self._reader: threading.Thread | None = None
         self._stop_reading = False
         self._interrupts = 0
@@ -439,15 +421,3 @@ class CtmonApp(App[AppResult]):
 
     def action_replay_speed(self, factor: float) -> None:
         self.replay_control.speed(factor)
-
-
-GC_THRESHOLDS = (20_000, 100, 100)
-
-
-def tune_gc() -> None:
-    """The viewer keeps a large, long-lived store: with the default
-    thresholds the collector walks it over and over (a quarter of the time
-    and 0.4 s pauses while a 200k-event backlog is folded). Fewer young
-    collections keep the screen smooth."""
-    if gc.get_threshold()[0] < GC_THRESHOLDS[0]:
-        gc.set_threshold(*GC_THRESHOLDS)

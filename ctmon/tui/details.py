@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-from typing import Any
 
 from rich.text import Text
 
@@ -279,7 +278,7 @@ def entry_detail(e: LogEntry, ctx: ViewContext) -> Doc:
     return out
 
 
-def find_frame(session: Session, ref: Any) -> Frame | None:
+def find_frame(session: Session, ref: object) -> Frame | None:
     """The frame a log entry (compile id) points at."""
     if ref is None:
         return None
@@ -295,7 +294,7 @@ def find_frame(session: Session, ref: Any) -> Frame | None:
     return None
 
 
-def find_break(session: Session, ref: Any) -> BreakSite | None:
+def find_break(session: Session, ref: object) -> BreakSite | None:
     if isinstance(ref, tuple) and len(ref) == 2:
         return session.compile.breaks.get(ref)
     return None

@@ -5,7 +5,8 @@ the ``Timeline``'s checkpoints; the fully-loaded store stays as it is."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from textual.timer import Timer
 
 from ctmon.store import Session
 from ctmon.tui.context import ViewContext
@@ -20,15 +21,15 @@ class ReplayControl:
         ctx: ViewContext,
         full: Session,
         timeline: Timeline | None,
-        refresh: Callable[[], Any],
-        set_interval: Callable[..., Any],
+        refresh: Callable[[], object],
+        set_interval: Callable[..., Timer],
     ) -> None:
         self.ctx = ctx
         self.full = full
         self.timeline = timeline
         self._refresh = refresh
         self._set_interval = set_interval
-        self._play_timer: Any = None
+        self._play_timer: Timer | None = None
         self._play_t = 0.0
 
     def _ok(self) -> bool:

@@ -89,7 +89,7 @@ class EventsPane(Pane):
             return True
         return self.matches(f"{e.kind} {e.text} {self._text(e, False)}")
 
-    def _compile(self, compile_id: Any) -> tuple[Frame, CompileRecord] | None:
+    def _compile(self, compile_id: object) -> tuple[Frame, CompileRecord] | None:
         """The compile a log entry refers to (index built as compiles arrive)."""
         c = self.ctx.view.compile
         if self._index_of is not c or self._indexed > len(c.compiles):

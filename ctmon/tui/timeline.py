@@ -4,7 +4,7 @@ A day-long recording is over a million events; keeping them, and copies of
 the store, in memory took gigabytes. The timeline keeps, per event, only
 its time (8 bytes: for jumps by time), the positions worth stopping at
 (compiles, breaks, the exit), and every ``CHECKPOINT_EVERY`` events a
-snapshot of the store (``Session.snapshot``: step series by reference) with
+snapshot of the store (``store.snapshots.snapshot``: step series by reference) with
 the byte offset in the recording where the next event starts. The store at
 any position is rebuilt from the snapshot before it, reading the events
 after it from the file again (through the same decoder and the same
@@ -23,6 +23,7 @@ from operator import attrgetter
 
 from ctmon.read.recording import READ_CHUNK, StreamDecoder
 from ctmon.store import Session
+from ctmon.store.snapshots import restored, snapshot
 from ctmon.wire import events as E
 from ctmon.wire.decode import Fix
 
@@ -86,7 +87,7 @@ class Timeline:
         last = self._checkpoints[-1][0] if self._checkpoints else 0
         if position - last < self.every or position != self._count:
             return  # (mid-batch: the events after it have no offset to read from)
-        self._checkpoints.append((position, session.snapshot()))
+        self._checkpoints.append((position, snapshot(session)))
 
     # ---- positions ----
 
@@ -124,7 +125,7 @@ class Timeline:
             if pos <= position:
                 start, base = pos, snap
                 break
-        session = Session.restored(base) if base is not None else Session()
+        session = restored(base) if base is not None else Session()
         session.apply_all(self.events(start, position))
         return session
 

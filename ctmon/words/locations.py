@@ -8,6 +8,7 @@ for the home directory. Pure: the TUI, the reports and the summary share it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -68,7 +69,7 @@ def where(file: str | None, line: int | None, cwd: str | None = None, narrow: bo
     return f"{p}:{line}" if line is not None else p
 
 
-def called_from_text(called: dict[str, Any] | None, cwd: str | None = None) -> str:
+def called_from_text(called: Mapping[str, Any] | None, cwd: str | None = None) -> str:
     """``called from train.py:42`` for a place in a library's code, or ''."""
     if not called or not called.get("file"):
         return ""

@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.text import Text
 
-from ctmon.store import Session
+from ctmon.findings.model import Finding
+from ctmon.store import LogEntry, Session
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext, job_label, put_title
 from ctmon.tui.panels.base import Panel, localize
@@ -16,14 +17,14 @@ from ctmon.tui.panels.findings import current_findings, finding_text, live_findi
 
 ALERTS_KEPT = 200
 TB_HEADER = "Traceback (most recent call last):"
-_alerts_cache: dict[int, tuple[Session, int, list[Any]]] = {}
+_alerts_cache: dict[int, tuple[Session, int, list[LogEntry]]] = {}
 
 
-def is_alert(e: Any) -> bool:
+def is_alert(e: LogEntry) -> bool:
     return e.severity == "critical" or e.kind in ("limit", "error") or (e.kind == "note" and e.severity == "warning")
 
 
-def alerts(s: Session, limit: int = 20) -> list[Any]:
+def alerts(s: Session, limit: int = 20) -> list[LogEntry]:
     """Entries worth interrupting someone for. Findings (when the store has
     them) will be listed here too; today: recompile-limit hits, failed
     compiles, a job that died, and ctmon's own warnings. Kept up to date
@@ -43,13 +44,13 @@ def alerts(s: Session, limit: int = 20) -> list[Any]:
     return found[-limit:] if limit else []
 
 
-def alert_text(e: Any, ctx: ViewContext) -> Text:
+def alert_text(e: LogEntry, ctx: ViewContext) -> Text:
     sev = "CRIT" if e.severity == "critical" else "WARN"
     text = localize(e.text, ctx.cwd)
     return Text.assemble((f"{sev} ", "bold red" if sev == "CRIT" else "bold yellow"), fmt.first_line(text))
 
 
-def severity_counts(found: list[Any]) -> str:
+def severity_counts(found: list[Finding]) -> str:
     """'1 CRIT, 2 warn, 3 info': how many findings of each severity."""
     n = Counter(f.severity for f in found)
     parts = [
@@ -87,7 +88,7 @@ class AlertsPanel(Panel):
     def on_resize(self) -> None:
         self.set_title()  # the title's hint fits the width
 
-    def _sources(self, limit: int) -> tuple[list[Any], list[Any]]:
+    def _sources(self, limit: int) -> tuple[list[Finding], list[LogEntry]]:
         """The findings to list, and up to ``limit`` of ctmon's own warnings
         (newest first). The log's other alerts each have a finding that
         says more: a failed compile, the recompile limit, the job's exit."""

@@ -86,5 +86,5 @@ def _below(path: str, cwd: str | None) -> bool:
     return bool(cwd) and path.startswith(cwd.rstrip("/") + "/")  # type: ignore[union-attr]
 
 
-def num(v: Any) -> float | None:
+def num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.store import Session
-from ctmon.store.compiles import CompileState
+from ctmon.store.compile_state import CompileState
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext, put_title, rank_label
 from ctmon.tui.panels.base import Panel

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
 from ctmon.findings.current import paced_findings
+from ctmon.findings.model import Finding
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext
 from ctmon.tui.doc import Doc
 from ctmon.tui.panels.base import localize
 
 
-def current_findings(ctx: ViewContext, force: bool = False) -> list[Any]:
+def current_findings(ctx: ViewContext, force: bool = False) -> list[Finding]:
     """The session's findings as the screen shows them (paced: see ctmon/findings/current.py)."""
     return paced_findings(ctx.session, gen=ctx.gen, catching_up=ctx.catching_up, force=force)
 
 
-def live_findings(ctx: ViewContext) -> list[Any]:
+def live_findings(ctx: ViewContext) -> list[Finding]:
     """Findings of severity warning and above, most severe first."""
     return [f for f in current_findings(ctx) if f.severity in ("critical", "warning")]
 
 
-def finding_text(f: Any, ctx: ViewContext) -> Text:
+def finding_text(f: Finding, ctx: ViewContext) -> Text:
     """One line: what is wrong first, then where (a narrow line keeps the what)."""
     sev = "CRIT" if f.severity == "critical" else "warn"
     where = f" · {fmt.place(f.file, f.line, f.called_from, ctx.cwd, True)}" if f.file else ""

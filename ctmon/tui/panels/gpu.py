@@ -129,7 +129,7 @@ class GpuPanel(Panel):
         return [head, l2, l3]
 
 
-def _gpu_field(ev: Sample, index: Any, name: str) -> float | None:
+def _gpu_field(ev: Sample, index: int | None, name: str) -> float | None:
     for g in ev.gpus or ():
         if g.index == index:
             return num(getattr(g, name))

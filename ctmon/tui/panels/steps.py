@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from ctmon.store import Session
+from ctmon.store.compiles import CompileRecord
 from ctmon.store.generation import GenerationStats
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title, rank_label
@@ -149,5 +150,5 @@ def _recent_spans(s: Session, since: float) -> list[tuple[float, float]]:
     return [c.span for c in compiles[i:]]
 
 
-def _completed(c: Any) -> float:
+def _completed(c: CompileRecord) -> float:
     return c.t

@@ -1,0 +1,120 @@
+"""``ctmon diff``'s shapes, for the type checker: one run as the
+comparison reads it (``run_summary``), and the diff ``--json`` prints.
+Plain dicts when the code runs, as the report's (ctmon/report/model.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypedDict
+
+from ctmon.report.model import Cache, Compile, CompileTotals, Frame, GraphBreak, Note
+
+if TYPE_CHECKING:
+    # Python 3.10 has it only here; used in annotations alone, never at run time
+    from typing_extensions import NotRequired
+
+
+class StepBlocks(TypedDict):
+    steady: int
+    device_timed: NotRequired[bool]  # absent where no steady step was found
+    p50_ms: float | None
+    p90_ms: float | None
+    blocks_p50_ms: list[float]
+    blocks_p90_ms: list[float]
+
+
+class CompileCall(TypedDict):
+    file: str | None
+    line: int | None
+    backend: str | None
+    mode: str | None
+    dynamic: bool | None
+    fullgraph: bool | None
+
+
+class Ran(TypedDict):
+    """What a run is said to have run: a whole summary, or a job's command
+    before it runs."""
+
+    command: list[str]
+
+
+class Located(TypedDict):
+    """A run's working directory, against which its files are made relative."""
+
+    cwd: str | None
+
+
+class RunSummary(TypedDict):
+    path: str
+    input: str
+    command: list[str]
+    cwd: str | None
+    session_id: str | None
+    versions: dict[str, str | None]
+    config: dict[str, object]  # torch._dynamo.config's settings in force, and recompile_limit
+    compile_calls: list[CompileCall]
+    compile: CompileTotals
+    cache: Cache
+    frames: list[Frame]
+    compiles: list[Compile]
+    graph_breaks: list[GraphBreak]
+    steps: StepBlocks
+    gpu_mem_peak_bytes: int | None
+    notes: list[Note]
+
+
+# What pairs a frame, or a graph break, of one run with the other's: its
+# file (relative to the run's working directory), line, and name or reason.
+FrameKey = tuple[str | None, int | None, str]
+BreakKey = tuple[str | None, int | None, str]
+
+
+class Place(TypedDict):
+    """Where an entry new since BASE is, for the findings at that place."""
+
+    file: str | None
+    line: int | None
+
+
+class EntryDetails(TypedDict, total=False):
+    """What an entry says beyond its figures, where it has it."""
+
+    file: str | None
+    line: int | None
+    reason: str
+    # how a timing was judged
+    ratio_ci: list[float] | None
+    paired: int
+    change_pct: float
+    noise_pct: float
+    base_ci: list[float] | None
+    new_ci: list[float] | None
+
+
+class DiffEntry(EntryDetails):
+    kind: str
+    subject: str
+    what: str
+    base: object
+    new: object
+
+
+class Side(TypedDict):
+    path: str | None
+    input: str | None
+    command: list[str] | None
+    session_id: str | None
+
+
+class Verdicts(TypedDict):
+    regressions: list[DiffEntry]
+    improvements: list[DiffEntry]
+    changed: list[DiffEntry]  # neither better nor worse: versions, settings
+    unchanged: list[DiffEntry]  # equal, or within the noise
+
+
+class DiffDoc(Verdicts):
+    diff_version: int
+    base: Side
+    new: Side
+    method: dict[str, str]
