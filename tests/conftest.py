@@ -1,5 +1,12 @@
 """Shared fixtures.
 
+Test files sort by the room of ctmon they test: ``test_<room>_<topic>.py``,
+the room one of agent, launch, wire, read, store, findings, tui, report and
+words as in ctmon/, and ``whole`` for what runs across them (the demos, the
+fault suite, ranks, the program left unchanged). A test that runs a real job
+(a subprocess with torch.compile, torchrun, tmux) is marked ``slow``:
+``pytest -m "not slow"`` is the fast loop, and CI runs everything.
+
 Every test runs ctmon against real ``torch.compile`` in subprocesses. To keep
 CI fast: one Inductor cache dir for the whole session (Inductor's first
 compile on a CPU builds a precompiled header that later compiles reuse),

@@ -450,7 +450,7 @@ def test_removing_allow_in_graph_as_the_bypass_fix_says_caches_the_graph(caches)
 def test_a_persistent_cache_dir_as_cold_tmp_says_hits_on_the_next_start(caches):
     """cache:cold-tmp's fix applied: TORCHINDUCTOR_CACHE_DIR set to a directory
     that persists; the cold first start there is no finding, and the next
-    start hits (the finding itself on a /tmp default: test_advice_proven_caches)."""
+    start hits (the finding itself on a /tmp default: test_findings_advice_proven_caches)."""
     first, second = caches["warm"], caches["same-config"]
     assert first.rep["cache"]["fx_graph"]["hit"] == 0 and not first.rule("caches")
     assert second.rep["cache"]["fx_graph"]["hit"] >= 2 and second.rep["cache"]["fx_graph"]["miss"] == 0

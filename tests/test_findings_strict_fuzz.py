@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_fuzz import event_lists
+from test_wire_fuzz import event_lists
 
 from ctmon.findings import analyze
 from ctmon.store import Session

@@ -769,6 +769,7 @@ def test_replay_cli_errors_are_one_line(tmp_path) -> None:  # type: ignore[no-un
     assert "[ and ]" in _ctmon("replay", "--help").stdout
 
 
+@pytest.mark.slow
 def test_attach_without_a_terminal_runs_headless(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = tmp_path / "rec.jsonl"
     proc = _ctmon("attach", "-o", str(rec), os.path.join(WORKLOADS, "crash.py"), "exit")
@@ -778,6 +779,7 @@ def test_attach_without_a_terminal_runs_headless(tmp_path) -> None:  # type: ign
     assert proc.returncode == 4, proc.stderr
 
 
+@pytest.mark.slow
 @run_async
 async def test_a_firehose_does_not_starve_the_screen(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """While a large backlog is folded, the screen keeps being drawn (the

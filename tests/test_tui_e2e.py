@@ -110,6 +110,7 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_attach_live_then_q_stops_the_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = str(tmp_path / "live.jsonl")
     tmux_dir = tmp_path / "tmux"

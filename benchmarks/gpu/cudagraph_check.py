@@ -22,7 +22,7 @@ PyTorch's side, read in the job at its end: ``counters["inductor"]``
 own state (graph ids handed out, functions warmed up, the recorded nodes by
 compile and graph kind). The job also captures, around PyTorch's
 ``run_eager``/``record_function`` (outside ctmon's wrappers), what ctmon's
-observer reads there -- the raw records tests/test_cudagraphs.py replays on a
+observer reads there -- the raw records tests/test_findings_cudagraphs.py replays on a
 machine without a GPU.
 
 Usage (PYTHONPATH must reach msgspec, for the driver's read of the recordings):

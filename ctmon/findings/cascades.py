@@ -52,7 +52,7 @@ def _unique(frames: list[Frame]) -> list[Frame]:
 def _numbers_from_calls(s: Session, frames: list[Frame], fix: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
     """Frames that resume with a number a call Dynamo cannot trace returned
     (``time.time()``): capture_scalar_outputs does not capture that call
-    (measured: tests/test_advice_older.py), so the advice names the call, and
+    (measured: tests/test_findings_advice_older.py), so the advice names the call, and
     the setting stays a fix only if some frame's number came from a tensor."""
     calls = []
     for f in frames:

@@ -7,7 +7,7 @@ original module's forward once per token: every decode step runs eager, and
 nothing in PyTorch's own trace says so. The agent tells such calls
 (ctmon/agent/generation.py: ``eager`` generation events); this rule names
 them where the job compiled that model, with the change that compiles what
-generate() calls (tests/test_generate_eager.py applies it: the finding goes
+generate() calls (tests/test_findings_generate_eager.py applies it: the finding goes
 and generate()'s forward calls are compiled calls).
 """
 

@@ -103,7 +103,7 @@ def values_seen(pairs: Group, limit_hit: bool) -> str:
 
 def loop_bound_fix(g: G.Guard, seen: str | None = None) -> str:
     """What works for a loop Dynamo unrolls (each measured on torch 2.13,
-    tests/test_advice_guards.py): the loop outside the compiled code, its
+    tests/test_findings_advice_guards.py): the loop outside the compiled code, its
     body compiled; torch.while_loop without autograd; or, for a Python int
     that takes a few values, a recompile limit that holds a graph per value
     (not for a bound that arrives after a graph break: that frame's later
@@ -264,7 +264,7 @@ def fix_for(
                 f"dtype=torch.long)) and update it in place ({name}.fill_(value) or {name} += 1)"
             )
             if already_set(UNSPEC_INT_ATTRS, config or {}):
-                # measured (tests/test_advice_older.py): with the setting on, the attribute's first change
+                # measured (tests/test_findings_advice_older.py): with the setting on, the attribute's first change
                 # still recompiles once, as automatic dynamic makes it dynamic; no later change does
                 return (
                     f"'{name}' is an int attribute. {is_on(UNSPEC_INT_ATTRS)}: its first change recompiles once "
@@ -287,7 +287,7 @@ def fix_for(
             "it constant while the loop runs."
         )
     if k == G.LENGTH:
-        # measured (tests/test_advice_proven_guards.py): a stacked tensor whose length still changes
+        # measured (tests/test_findings_advice_proven_guards.py): a stacked tensor whose length still changes
         # recompiles on its size instead, so the length is what to fix
         return (
             f"'{name}' has a different length on some calls: Dynamo unrolls the loop over its items, so each length "

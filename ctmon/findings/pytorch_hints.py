@@ -5,7 +5,7 @@ PyTorch's hints are quoted as PyTorch wrote them. A setting a hint names is
 also given by its real name where the hint misspells it: GB0123's hint says
 ``torch._dynamo.trace_autograd_ops=True``, a name that does not exist; the
 setting is ``torch._dynamo.config.trace_autograd_ops`` (GB9186's hint spells
-it right). ``ALIASES`` holds such corrections; tests/test_advice_breaks.py
+it right). ``ALIASES`` holds such corrections; tests/test_findings_advice_breaks.py
 checks each against torch's real config and the graph-break registry.
 
 A setting ctmon would suggest that the job already has at that value is

@@ -111,7 +111,7 @@ def library_loop_fix(g: G.Guard, values: list[str] | None, lever: str) -> str:
     transformers' Trainer (TrainingArguments(torch_compile=True)), or
     Lightning's fit loop. The user makes no call to mark or compile; the
     batches are theirs to shape, through the library's settings (each fix
-    applied in tests/test_advice_levers.py)."""
+    applied in tests/test_findings_advice_levers.py)."""
     name = plain_name(g.name)
     sizes = f" ({' → '.join(values[:8])})" if values else ""
     if lever == L.TRAINER:

@@ -1,4 +1,4 @@
-"""A small deterministic job for the fault suite (tests/test_faults.py).
+"""A small deterministic job for the fault suite (tests/test_whole_faults.py).
 
 It runs N steps marked with ``ctmon.step()`` (a no-op without ctmon), prints
 lines, and ends the way it is told. Run plainly it gives the reference ("as

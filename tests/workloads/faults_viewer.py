@@ -1,4 +1,4 @@
-"""A minimal viewer process for the fault suite (tests/test_faults.py).
+"""A minimal viewer process for the fault suite (tests/test_whole_faults.py).
 
 It connects to a live session's viewer socket through ``SocketFeed``, folds
 every event into a ``Session`` store as the TUI does, and keeps a small JSON

@@ -22,7 +22,7 @@ import types
 
 import pytest
 from helpers import read_torch_trace, record, workload
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 from ctmon.read.recording import read_recording
 

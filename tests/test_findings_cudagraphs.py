@@ -333,6 +333,7 @@ print("done")
 """
 
 
+@pytest.mark.slow
 def test_agent_wraps_the_trees_when_the_job_imports_them(tmp_path) -> None:
     script = tmp_path / "job.py"
     script.write_text(JOB)

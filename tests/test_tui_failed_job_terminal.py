@@ -38,6 +38,7 @@ def _stderr_of(code: str) -> list[str]:
     return proc.stderr.splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "first", "last"),
     [
@@ -98,6 +99,7 @@ def _quit(tm: Tmux) -> None:
     raise AssertionError(f"the TUI did not give the terminal back:\n{tm.screen()}")
 
 
+@pytest.mark.slow
 @pytestmark_tmux
 @pytest.mark.parametrize(
     ("script", "last_line"),

@@ -21,7 +21,7 @@ from ctmon.wire.protocol import LineSplitter, decode, encode
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The event-list properties are costly to shrink; a failure is reported as found
-# (the minimal cases of known failures are pinned in test_store.py / test_protocol.py).
+# (the minimal cases of known failures are pinned in test_store.py / test_wire_protocol.py).
 HEAVY = dict(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -31,7 +31,7 @@ import pytest
 from helpers import WORKLOADS
 from test_findings import Recorded, record_all
 from test_findings_unit import F, Run, by_id, only
-from test_ranks import _hello, free_port
+from test_whole_ranks import _hello, free_port
 
 from ctmon.findings.current import findings_of
 from ctmon.report.text import summary_lines
@@ -72,6 +72,7 @@ def names(tmp_path_factory: Any) -> dict[str, Recorded]:
     return record_all(tmp_path_factory.mktemp("names"), jobs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["broken", "keywords"])
 def test_the_fix_names_what_the_users_line_passes_not_the_parameter(names: dict[str, Recorded], run: str) -> None:
     r = names[run]
@@ -86,6 +87,7 @@ def test_the_fix_names_what_the_users_line_passes_not_the_parameter(names: dict[
     assert call["params"] == ["idx", "targets"] and call["code_name"] == "forward"
 
 
+@pytest.mark.slow
 def test_marking_what_the_fix_names_compiles_once(names: dict[str, Recorded]) -> None:
     r = names["fix"]
     c = r.rep["compile"]
@@ -94,6 +96,7 @@ def test_marking_what_the_fix_names_compiles_once(names: dict[str, Recorded]) ->
     assert names["broken"].rep["compile"]["compiles"] > c["compiles"]
 
 
+@pytest.mark.slow
 def test_marking_one_of_two_tied_inputs_fails_as_the_fix_warns(names: dict[str, Recorded]) -> None:
     out = names["fix-one"].run.proc.stdout + names["fix-one"].run.proc.stderr
     assert "ConstraintViolationError" in out
@@ -111,6 +114,7 @@ def last(tmp_path_factory: Any) -> dict[str, Recorded]:
     return record_all(tmp_path_factory.mktemp("last"), jobs)
 
 
+@pytest.mark.slow
 def test_a_batch_passed_as_it_comes_is_named_by_its_place_in_the_batch(last: dict[str, Recorded]) -> None:
     r = last["broken"]
     assert r.rep["compile"]["recompiles"] == 1
@@ -124,6 +128,7 @@ def test_a_batch_passed_as_it_comes_is_named_by_its_place_in_the_batch(last: dic
     assert start["caller"]["line"] == line_of(LAST, "STEP")  # the call of a compiled function, from the live stack
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["drop-last", "mark", "dynamic"])
 def test_each_alternative_applied_leaves_no_recompile(last: dict[str, Recorded], run: str) -> None:
     r = last[run]
@@ -131,6 +136,7 @@ def test_each_alternative_applied_leaves_no_recompile(last: dict[str, Recorded],
     assert not r.rule("shape-recompiles") and not r.loud()
 
 
+@pytest.mark.slow
 def test_marking_the_inputs_alone_fails_as_the_fix_warns(last: dict[str, Recorded]) -> None:
     out = last["mark-one"].run.proc.stdout + last["mark-one"].run.proc.stderr
     assert "ConstraintViolationError" in out
@@ -160,6 +166,7 @@ def _by_dim(r: Recorded) -> dict[int, dict[str, Any]]:
     return out
 
 
+@pytest.mark.slow
 def test_trainers_compile_is_known_as_trainers(trainer: dict[str, Recorded]) -> None:
     (call,) = trainer["broken"].rep["compile_calls"]
     assert call["file"].endswith("accelerate/accelerator.py")  # accelerate makes the call, for Trainer
@@ -167,6 +174,7 @@ def test_trainers_compile_is_known_as_trainers(trainer: dict[str, Recorded]) -> 
     assert call["called_from"]["line"] == line_of(TRAINER, "TRAIN")
 
 
+@pytest.mark.slow
 def test_trainer_gets_its_arguments_and_the_collator_not_a_call_the_user_never_made(
     trainer: dict[str, Recorded],
 ) -> None:
@@ -179,12 +187,14 @@ def test_trainer_gets_its_arguments_and_the_collator_not_a_call_the_user_never_m
     assert "pad_to_multiple_of" in shape[1]["fix"] and 'padding="max_length"' in shape[1]["fix"]
 
 
+@pytest.mark.slow
 def test_the_collators_padding_removes_the_length_recompiles(trainer: dict[str, Recorded]) -> None:
     broken, pad = trainer["broken"], trainer["pad"]
     assert set(_by_dim(pad)) == {0}  # the length is one now; the short last batch is still there
     assert pad.rep["compile"]["recompiles"] < broken.rep["compile"]["recompiles"]
 
 
+@pytest.mark.slow
 def test_dropping_the_short_batch_too_leaves_no_recompile(trainer: dict[str, Recorded]) -> None:
     r = trainer["both"]
     assert r.rep["compile"]["recompiles"] == 0 and not _by_dim(r), r.rep["compile"]
@@ -201,6 +211,7 @@ def accelerate(tmp_path_factory: Any) -> dict[str, Recorded]:
     return record_all(tmp_path_factory.mktemp("accelerate"), jobs)
 
 
+@pytest.mark.slow
 def test_accelerates_compile_gets_dynamic_through_its_plugin(accelerate: dict[str, Recorded]) -> None:
     r = accelerate["broken"]
     (call,) = r.rep["compile_calls"]
@@ -323,6 +334,7 @@ def ranks(tmp_path_factory: Any) -> dict[str, Recorded]:
 FRAMES = ["Split.forward", "forward (resumed at line 30)", "forward (resumed at line 32)"]
 
 
+@pytest.mark.slow
 def test_one_ranks_change_is_one_finding_naming_its_frames(ranks: dict[str, Recorded]) -> None:
     r = ranks["broken"]
     assert [x["compile"]["recompiles"] for x in r.rep["ranks"]] == [0, 3]
@@ -335,6 +347,7 @@ def test_one_ranks_change_is_one_finding_naming_its_frames(ranks: dict[str, Reco
     assert f["evidence"][1] == "rank 0: 3 compile(s), 0 recompile(s) of 3 frames"
 
 
+@pytest.mark.slow
 def test_every_figure_says_its_scope(ranks: dict[str, Recorded]) -> None:
     r = ranks["broken"]
     (cost,) = r.rule("compile-cost")
@@ -346,6 +359,7 @@ def test_every_figure_says_its_scope(ranks: dict[str, Recorded]) -> None:
     assert any("compiling, summed over 2 ranks" in x for x in lines), lines
 
 
+@pytest.mark.slow
 def test_padding_every_ranks_batches_alike_removes_the_divergence(ranks: dict[str, Recorded]) -> None:
     r = ranks["pad"]
     assert [x["compile"]["recompiles"] for x in r.rep["ranks"]] == [0, 0]

@@ -606,7 +606,7 @@ def test_watch_connect_bad_address() -> None:
 def test_attach_in_a_terminal_refuses_to_write_over_the_script(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The TUI path of ``ctmon attach`` checks the output path as ``record``
     does: never over the script it is asked to run."""
-    from test_faults import PROMPT, Tmux, _tmux_env
+    from test_whole_faults import PROMPT, Tmux, _tmux_env
 
     script = tmp_path / "train.py"
     source = "print('training')\n"

@@ -21,7 +21,7 @@ import pytest
 from helpers import WORKLOADS
 from test_findings import Recorded, record_all
 from test_findings_unit import F, Run, library_break, only
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 SCRIPT = os.path.join(WORKLOADS, "advice", "ddp_compile.py")
 HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None

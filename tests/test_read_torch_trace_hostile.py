@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from helpers import ROOT, ctmon, env_with, workload
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 from ctmon.read import trace_lines
 from ctmon.read.follow import Follower
@@ -98,7 +98,7 @@ def test_a_torchrun_trace_reports_in_every_format_and_exports(two_ranks, tmp_pat
 def test_a_torchrun_trace_with_a_hostile_record_replays_on_the_screen(two_ranks, tmp_path):
     import asyncio
 
-    from test_ranks import _until
+    from test_whole_ranks import _until
 
     from ctmon.read.feeds import ListFeed
     from ctmon.tui.app import CtmonApp

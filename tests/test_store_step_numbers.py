@@ -83,6 +83,7 @@ def _step_evidence(r: dict[str, Any]) -> list[str]:
     return [e for f in r["findings"] if f["rule"] == "step-spikes" for e in f["evidence"]]
 
 
+@pytest.mark.slow
 def test_ctmons_count_is_1_based_and_the_recompiling_step_is_the_logs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r, text = _report(tmp_path, SHAPE_AT_7.format(optimizer="SGD", resume=""))
     st = r["steps"]
@@ -97,6 +98,7 @@ def test_ctmons_count_is_1_based_and_the_recompiling_step_is_the_logs(tmp_path) 
     assert re.search(r"step 1, the first, took [\d.]+ (ms|s) from the first compiled call's start", text), text
 
 
+@pytest.mark.slow
 def test_a_resumed_optimizers_count_numbers_the_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r, text = _report(tmp_path, SHAPE_AT_7.format(optimizer="Adam", resume=RESUMED))
     st = r["steps"]
@@ -107,6 +109,7 @@ def test_a_resumed_optimizers_count_numbers_the_steps(tmp_path) -> None:  # type
     assert slow and slow[0].startswith("step 1007: "), _step_evidence(r)
 
 
+@pytest.mark.slow
 def test_ctmon_step_n_numbers_the_steps_as_the_job_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r, text = _report(tmp_path, CTMON_STEP_N)
     st = r["steps"]

@@ -17,8 +17,8 @@ import sys
 
 import pytest
 from helpers import workload
-from test_ranks import free_port
 from test_tui_e2e import Tmux
+from test_whole_ranks import free_port
 
 SCRIPT = workload("ddp_ranks.py")
 

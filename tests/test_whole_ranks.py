@@ -73,7 +73,7 @@ def test_every_rank_counts_what_its_own_trace_file_says(job):
 @pytest.mark.slow
 def test_the_same_runs_torch_trace_reads_as_its_recording_per_rank(job):
     """PyTorch's own trace of this very run, read by ``ctmon report DIR``
-    (tests/test_torch_trace_input.py): per rank, what the live recording says."""
+    (tests/test_read_torch_trace_input.py): per rank, what the live recording says."""
     out = ctmon("report", job.run.trace_dir, "--json")
     assert out.returncode == 0, out.stderr
     traced = json.loads(out.stdout)

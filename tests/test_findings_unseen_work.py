@@ -24,7 +24,7 @@ import types
 
 import pytest
 from helpers import ROOT, env_with, read_torch_trace, record, workload
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 SCRIPT = workload("fork_ranks.py")
 
@@ -56,6 +56,7 @@ def forked_ranks(tmp_path_factory):
     return _run(tmp_path_factory, "ranks", ["--start", "start_processes", "--group", "--parent-compiles"])
 
 
+@pytest.mark.slow
 def test_fork_started_ranks_count_what_their_trace_says(forked_ranks):
     rep, trace_dir = forked_ranks.rep, forked_ranks.run.trace_dir
     by_pid = _compiles_by_pid(trace_dir)
@@ -71,6 +72,7 @@ def test_fork_started_ranks_count_what_their_trace_says(forked_ranks):
     assert not [n for n in rep["notes"] if n["level"] != "info"], rep["notes"]
 
 
+@pytest.mark.slow
 def test_a_forked_child_runs_no_thread_of_ctmon_before_it_compiles(forked_ranks):
     counts = re.findall(r"child \d threads before compiling: (\d+)", forked_ranks.out)
     assert counts == ["1", "1"], forked_ranks.out
@@ -80,6 +82,7 @@ def _unseen_notes(rep: dict) -> list[dict]:
     return [n for n in rep["notes"] if n["source"] == "capture" and "never found it a rank" in n["message"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["process", "spawn"])
 def test_a_child_that_compiles_and_is_no_rank_says_what_was_left_out(tmp_path_factory, start):
     job = _run(tmp_path_factory, start, ["--start", start])
@@ -101,6 +104,7 @@ def test_a_child_that_compiles_and_is_no_rank_says_what_was_left_out(tmp_path_fa
     assert " ".join(text.stdout.split()).count("never found it a rank") == 2, text.stdout
 
 
+@pytest.mark.slow
 def test_a_fork_during_an_import_of_ctmons_thread_does_not_hang_the_child(tmp_path):
     out = subprocess.run(
         [sys.executable, workload("fork_during_import.py"), str(tmp_path)],
@@ -113,6 +117,7 @@ def test_a_fork_during_an_import_of_ctmons_thread_does_not_hang_the_child(tmp_pa
     assert out.stdout.strip() == "child ok", out.stdout + out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_new_code_in_a_shared_cache_dir_is_told_not_warned(tmp_path):
     """Two different programs share one TORCHINDUCTOR_CACHE_DIR (a team's):
     the second one's first run finds the first one's entries and none of

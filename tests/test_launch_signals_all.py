@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from helpers import WORKLOADS, env_with
-from test_faults import (
+from test_whole_faults import (
     _attach,
     _ctmon_child,
     _end,
@@ -195,6 +195,7 @@ FORWARDED = {
 IGNORED = {"SIGXCPU": signal.SIGXCPU, "SIGXFSZ": signal.SIGXFSZ}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FORWARDED))
 def test_a_signal_to_ctmon_record_is_passed_on_to_the_job(tmp_path, rt, name) -> None:  # type: ignore[no-untyped-def]
     """``kill -ALRM <ctmon>`` (or USR1, USR2, VTALRM, a real-time signal): the
@@ -215,6 +216,7 @@ def test_a_signal_to_ctmon_record_is_passed_on_to_the_job(tmp_path, rt, name) ->
         assert f"killed by {name}" in run.stderr()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(IGNORED))
 def test_a_signal_about_ctmons_own_limits_is_ignored_with_a_note(tmp_path, rt, name) -> None:  # type: ignore[no-untyped-def]
     """SIGXCPU / SIGXFSZ: the kernel sends them for ctmon's own CPU time and
@@ -249,6 +251,7 @@ def _limit(name: str) -> str:
     return POLICY[int(getattr(signal, name))]
 
 
+@pytest.mark.slow
 def test_a_signal_to_the_detached_supervisor_is_passed_on(tmp_path, rt, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """``ctmon attach``'s supervisor (detached, no terminal): a SIGQUIT sent to
     it reaches the job, which ends by it; the recording ends with that exit.
@@ -277,6 +280,7 @@ def test_a_signal_to_the_detached_supervisor_is_passed_on(tmp_path, rt, monkeypa
         _end(job_pid, d.proc.pid)
 
 
+@pytest.mark.slow
 def test_a_signal_to_an_adopted_jobs_supervisor_is_noted_and_ignored(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """A job that called ``ctmon.install()`` is not ctmon's to signal. A
     SIGTERM (or SIGALRM) to its supervisor -- a scheduler signals every process
@@ -356,6 +360,7 @@ def _whoami(stdout: str) -> dict[str, Any]:
     return json.loads(first[len("WHOAMI ") :])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["-c print(1)#.py", "-x.py", "--help.py", "-"])
 def test_a_script_named_like_an_option_runs_as_a_file(tmp_path, rt, name) -> None:  # type: ignore[no-untyped-def]
     """``ctmon record -- '-c print(1)#.py'`` runs that file -- same sys.argv,
@@ -417,6 +422,7 @@ def _findings_and_summary(run: TinyRecord) -> tuple[list[dict[str, Any]], str]:
     return report["findings"], "\n".join(summary_lines(report))
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_in_a_viewer_is_named_not_blamed_on_the_oom_killer(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """A job that ignores the first SIGINT, under ``ctmon record``; a viewer
     sends what the TUI's Ctrl-C twice sends (interrupt, then kill). The job
@@ -446,6 +452,7 @@ def test_ctrl_c_twice_in_a_viewer_is_named_not_blamed_on_the_oom_killer(tmp_path
         assert "dmesg" not in text and "out-of-memory killer or" not in text, text
 
 
+@pytest.mark.slow
 def test_stops_sigkill_after_its_grace_is_named(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """``q`` → Stop: SIGTERM, then SIGKILL after the grace (here 0.5 s) to a
     job that ignores SIGTERM: the finding says ctmon's stop sent the SIGKILL."""
@@ -465,6 +472,7 @@ def test_stops_sigkill_after_its_grace_is_named(tmp_path, rt) -> None:  # type: 
         assert "dmesg" not in json.dumps(findings)
 
 
+@pytest.mark.slow
 def test_a_viewers_kill_alone_is_named(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     with tiny_record(str(tmp_path), rt) as run:
         feed = _viewer_control(run)
@@ -479,6 +487,7 @@ def test_a_viewers_kill_alone_is_named(tmp_path, rt) -> None:  # type: ignore[no
         assert f["title"].startswith("The job was stopped by ctmon (a viewer's kill: SIGKILL)"), f
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_at_record_s_terminal_is_the_jobs_own(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C twice where ``ctmon record`` runs (SIGINT to the foreground
     process group, twice): the job receives both itself and ends by SIGINT,
@@ -515,6 +524,7 @@ def test_a_sigkill_ctmon_did_not_send_still_points_at_memory() -> None:
     assert f["id"] == "job-failed:SIGKILL", f
 
 
+@pytest.mark.slow
 def test_a_normal_script_name_is_unchanged(tmp_path, rt) -> None:  # type: ignore[no-untyped-def]
     """The usual case keeps python's own command line: no ``--`` is added."""
     script = os.path.join(WORKLOADS, "whoami.py")
@@ -552,6 +562,7 @@ def _agent_tree_that_is_interrupted(tmp: str) -> str:
     return site
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["at start-up", "at import torch"])
 def test_ctrl_c_while_the_agent_starts_stops_the_job_as_without_ctmon(tmp_path, when) -> None:  # type: ignore[no-untyped-def]
     site = _agent_tree_that_is_interrupted(str(tmp_path))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import ctmon, env_with, one_line_containing, read_torch_trace, record, workload
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 pytestmark = pytest.mark.slow  # every test reads the trace of a real compiled job
 
@@ -124,7 +124,7 @@ def test_bad_traces_get_one_line_and_what_is_readable_is_reported(tmp_path, grap
 def test_a_trace_replays_on_the_screen(tmp_path, graph_breaks_trace):
     import asyncio
 
-    from test_ranks import _until
+    from test_whole_ranks import _until
 
     from ctmon.read.feeds import ListFeed
     from ctmon.read.torch_trace import trace_events

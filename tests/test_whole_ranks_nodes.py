@@ -21,7 +21,7 @@ import sys
 
 import pytest
 from helpers import ROOT, ctmon, env_with, one_line_containing, read_torch_trace, workload
-from test_ranks import free_port
+from test_whole_ranks import free_port
 
 pytestmark = pytest.mark.slow  # two torchrun nodes, recorded for real
 
@@ -103,7 +103,7 @@ def test_recordings_of_different_jobs_are_refused(nodes, tmp_path):
 def test_two_nodes_recordings_replay_as_one_job(nodes):
     import asyncio
 
-    from test_ranks import _until
+    from test_whole_ranks import _until
 
     from ctmon.read.feeds import NodesFeed
     from ctmon.tui.app import CtmonApp

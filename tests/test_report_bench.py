@@ -64,7 +64,7 @@ def test_eager_and_default_are_measured_and_compared(tmp_path):
     assert default["compile_s"] > 0 and default["speedup"] == round(eager["p50_ms"] / default["p50_ms"], 3)
     assert default["warm_compile_s"] is not None and default["warm_compile_s"] < default["compile_s"]
     assert default["first_step_s"] > eager["first_step_s"]  # it compiled first
-    # one run per mode: no interval, so no winner (tests/test_bench_verdicts.py has the repeated runs)
+    # one run per mode: no interval, so no winner (tests/test_report_bench_verdicts.py has the repeated runs)
     assert doc["recommendation"]["mode"] is None and doc["recommendation"]["resolved"] is False
     assert "one run per mode gives no interval" in doc["recommendation"]["reason"]
     assert sorted(os.listdir(tmp_path / "cache")) == ["default", "eager"]  # a cache of its own per mode

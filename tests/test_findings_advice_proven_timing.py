@@ -14,7 +14,7 @@ fix).
 
 The other templates of this group are proven beside their fixtures:
 late-compiles and spikes:compile in tests/test_findings.py's ``late``
-section (warming up applied), eager-glue in tests/test_hotness.py (the same
+section (warming up applied), eager-glue in tests/test_agent_hotness.py (the same
 loop with its eager work gone: no finding).
 """
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import ROOT, ctmon, short_tmux_dir
-from test_faults import (
+from test_whole_faults import (
     JOB,
     PY,
     assert_complete,

@@ -35,7 +35,7 @@ import pytest
 from helpers import ROOT, ctmon
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_faults import (
+from test_whole_faults import (
     JOB,
     PY,
     Viewer,
@@ -58,7 +58,7 @@ needs_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root, to give fi
 
 @pytest.fixture
 def rt() -> Iterator[str]:
-    """A private runtime dir with a short path (sockets), as in test_faults."""
+    """A private runtime dir with a short path (sockets), as in test_whole_faults."""
     d = tempfile.mkdtemp(prefix="cts-")
     try:
         yield d

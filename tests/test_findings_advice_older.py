@@ -11,7 +11,7 @@ the job compiles 9 graphs once, with no break and no recompile.
 
 The settings two of these findings name (capture_scalar_outputs,
 allow_unspec_int_on_nn_module) are applied from the report's ``fixes`` in
-tests/test_advice_fixes.py. CPU only, ``backend="eager"``.
+tests/test_findings_advice_fixes.py. CPU only, ``backend="eager"``.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_with_every_fix_applied_each_function_compiles_once(older: dict[str, Rec
 def test_a_number_from_an_untraceable_call_is_not_advised_as_a_setting(older: dict[str, Recorded]) -> None:
     """.item() and time.time() both resume a frame with a new number at the
     same moments: the one finding for both names time.time() as what to move
-    out (capture_scalar_outputs does not capture it: tests/test_advice_fixes.py
+    out (capture_scalar_outputs does not capture it: tests/test_findings_advice_fixes.py
     applies the setting and the clock's frame still recompiles)."""
     (f,) = [x for x in older["broken"].findings if x["id"].startswith("scalar-recompiles:") and "___stack" in x["id"]]
     assert "time.time() returned, which Dynamo cannot trace and no setting captures" in f["fix"]
