@@ -16,7 +16,7 @@ import torch._dynamo.eval_frame  # noqa: F401 - skip_code, as a compile would ha
 
 from ctmon.agent import graph_calls
 from ctmon.agent.graph_calls import GraphCalls, _counted, _graph_names, _timed
-from ctmon.agent.hotness import Hotness
+from ctmon.agent.hotness import HotnessSampler
 from ctmon.store.hotness import HotnessState
 from ctmon.wire import events as E
 from ctmon.wire import protocol
@@ -138,7 +138,7 @@ def test_the_sampler_weighs_each_window_by_the_time_it_stands_for() -> None:
 
     windows = Windows()
     steps = [1]
-    sampler = Hotness(lambda: steps[0], windows)  # type: ignore[arg-type]
+    sampler = HotnessSampler(lambda: steps[0], windows)  # type: ignore[arg-type]
 
     def tick() -> None:  # from a thread of its own, as the sender's: the main thread is the job's
         t = threading.Thread(target=sampler.tick)

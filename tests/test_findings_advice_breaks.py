@@ -35,7 +35,7 @@ from ctmon.findings import breaks as B
 from ctmon.findings.model import Finding
 from ctmon.findings.pytorch_hints import ALIASES, Setting, hint_settings, quote, suggest
 from ctmon.store import Session
-from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 from ctmon.wire.decode import from_dict
 
 ADVICE = os.path.join(WORKLOADS, "advice")
@@ -333,7 +333,7 @@ def test_the_settings_travel_on_compile_start():
     (ev,) = TraceConverter().convert("dynamo_start", 1.0, start, extra)
     assert ev["dynamo_config"] == {"capture_scalar_outputs": True} and ev["recompile_limit"] == 8
     decoded = from_dict(ev)
-    assert isinstance(decoded, E.CompileStart) and decoded.dynamo_config == {"capture_scalar_outputs": True}
+    assert isinstance(decoded, EC.CompileStart) and decoded.dynamo_config == {"capture_scalar_outputs": True}
     (older,) = TraceConverter().convert("dynamo_start", 1.0, start, {"attr": None, "cfg": {}})
     assert "dynamo_config" not in older  # an agent without the reading sends what it always did
 

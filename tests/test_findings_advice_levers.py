@@ -313,7 +313,7 @@ def test_the_lever_follows_who_called_torch_compile() -> None:
 )
 def test_the_users_expression_for_a_guarded_input(code: str, params: tuple[str, ...], name: str, expr: str | None):
     from ctmon.findings import levers as L
-    from ctmon.wire.events import StackFrame
+    from ctmon.wire.events_compile import StackFrame
 
     site = L.CallSite(line=StackFrame(file=F, line=9, code=code), params=params)
     assert L.users_expression(site, name) == expr

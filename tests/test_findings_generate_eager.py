@@ -31,6 +31,7 @@ from ctmon.findings.generate_eager import WARN_S
 from ctmon.read.load import load
 from ctmon.store import Session
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 
 SCRIPT = os.path.join(WORKLOADS, "generate_eager.py")
 FORMS = ("cmodel", "model", "fixed", "static")
@@ -123,7 +124,7 @@ def _session(seen_ms: list[float], model: str = "GPT2LMHeadModel", name: str | N
     s = Session()
     t = time.time()
     s.apply(
-        E.CompileCall(
+        EC.CompileCall(
             t=t, target="GPT2LMHeadModel", target_module="transformers", file="/w/t.py", line=3, backend="inductor"
         )
     )

@@ -34,6 +34,7 @@ import pytest
 from helpers import ROOT, ctmon, env_with, one_line_containing
 
 from ctmon.wire import events as E
+from ctmon.wire.event_base import Event
 from ctmon.words.textsafe import PLACEHOLDER, clean_markup
 
 T0 = 1_800_000_000.0
@@ -224,7 +225,7 @@ def test_a_full_disk_is_one_line(tmp_path):
     one_line_containing(ctmon("export", "--perfetto", rec, "-o", "/dev/full"), "No space left on device")
 
 
-def _hostile_event(cls: type[E.Event], t: float) -> dict[str, Any]:
+def _hostile_event(cls: type[Event], t: float) -> dict[str, Any]:
     """An event of kind ``cls`` with every text field (and list of texts) HOSTILE."""
     ev: dict[str, Any] = {"kind": cls.__struct_config__.tag, "t": t}
     for f in msgspec.structs.fields(cls):

@@ -17,10 +17,10 @@ from ctmon.read.feeds import ListFeed, RecordingFeed
 from ctmon.store import Session
 from ctmon.tui.app import CtmonApp
 from ctmon.tui.capture import screen_text
+from ctmon.tui.compile_panes import BreaksPane, FramesPane
 from ctmon.tui.ingest import Handoff
 from ctmon.tui.main_screen import MainScreen, TabStrip
 from ctmon.tui.panels import GpuPanel, HeaderBar, StepsPanel
-from ctmon.tui.panes import BreaksPane, FramesPane
 from ctmon.tui.screens import ConfirmStop, DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.stream_panes import EventsPane, OutputPane
 from ctmon.tui.testing import QueueFeed, wait_applied, wait_loaded, wait_until

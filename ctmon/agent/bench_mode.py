@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 ENV = "CTMON_COMPILE_MODE"
@@ -91,7 +92,7 @@ def _with_mode(kwargs: dict[str, object], mode: str) -> tuple[dict[str, object],
     return {**kwargs, "mode": mode}, None
 
 
-def force_eager(torch: Any) -> str:
+def force_eager(torch: ModuleType) -> str:
     """Turn compilation off for the whole process; what was done, for a note."""
     compiler = getattr(torch, "compiler", None)
     set_stance = getattr(compiler, "set_stance", None)

@@ -13,14 +13,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType, FunctionType, MethodType
+from types import FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 from ctmon.agent.paths import is_own_file, is_user_file
 from ctmon.wire import protocol
 
 
-def compile_call_event(torch: Any, model: Any, kwargs: dict[str, object]) -> protocol.Event:
+def compile_call_event(torch: ModuleType, model: object, kwargs: dict[str, object]) -> protocol.Event:
     target, where = _target(model)
     ev: protocol.Event = {"kind": protocol.COMPILE_CALL, "t": time.time(), "target": target, "target_module": where}
     # torch.compile(DDP(model)) or DDP(model).compile() (its bound _call_impl):

@@ -76,7 +76,7 @@ def _row(table: dict[CodeKey, list[int]], key: CodeKey) -> list[int]:
     return row
 
 
-class Hotness:
+class HotnessSampler:
     def __init__(self, steps: Callable[[], int], graphs: GraphCalls | None = None) -> None:
         self._steps = steps  # the step counter: a sample counts once it moves on
         self._graphs = graphs  # the compiled graphs' calls, timed (graph_calls.py)

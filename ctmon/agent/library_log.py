@@ -21,7 +21,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from types import FrameType
 
 from ctmon.wire import protocol
 
@@ -37,7 +38,7 @@ _SKIP = (
 
 
 class LibraryLog(logging.Handler):
-    def __init__(self, put: Any) -> None:
+    def __init__(self, put: Callable[[protocol.Event], object]) -> None:
         super().__init__(level=logging.WARNING)
         self._put = put
         self._seen: set[tuple[str, int, str]] = set()
@@ -74,7 +75,7 @@ def _caller(record: logging.LogRecord) -> tuple[str, int]:
     path = record.pathname or ""
     if not any(s in path for s in _SKIP):
         return path, record.lineno
-    f: Any = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     for _ in range(30):
         if f is None:
             break
@@ -85,7 +86,7 @@ def _caller(record: logging.LogRecord) -> tuple[str, int]:
     return path, record.lineno
 
 
-def attach(put: Any) -> LibraryLog:
+def attach(put: Callable[[protocol.Event], object]) -> LibraryLog:
     handler = LibraryLog(put)
     logging.getLogger(LOGGER).addHandler(handler)
     return handler

@@ -39,7 +39,7 @@ from ctmon.agent.cudagraphs import CudagraphObserver
 from ctmon.agent.cudagraphs import install as observe_cudagraph_trees
 from ctmon.agent.device_timer import DeviceTimer
 from ctmon.agent.graph_calls import GraphCalls
-from ctmon.agent.hotness import Hotness
+from ctmon.agent.hotness import HotnessSampler
 from ctmon.agent.library_log import LOGGING_MODULE
 from ctmon.agent.library_log import attach as attach_library_log
 from ctmon.agent.step_hooks import call_hook, optimizer_hook
@@ -188,7 +188,7 @@ def note(level: str, message: str) -> protocol.Event:
     return {"kind": protocol.NOTE, "t": time.time(), "level": level, "source": "agent", "message": message}
 
 
-def install(agent: Agent, torch: Any) -> None:
+def install(agent: Agent, torch: ModuleType) -> None:
     if agent.torch_installed:
         return
     agent.torch_installed = True
@@ -230,7 +230,7 @@ def install(agent: Agent, torch: Any) -> None:
 
     # 3b. the sampler, which also sends the graphs' calls and times
     if hot:
-        sampler = Hotness(lambda: clock.count, graphs)
+        sampler = HotnessSampler(lambda: clock.count, graphs)
         ch.tick = sampler.tick
         agent._periodic_hooks.append(sampler.periodic)
         agent.final_hooks.append(sampler.final)
@@ -332,7 +332,7 @@ def dynamo_enter_hooks(compiled: Any) -> list[Any] | None:
     return hooks if isinstance(hooks, list) else None
 
 
-def torch_event(torch: Any) -> protocol.Event:
+def torch_event(torch: ModuleType) -> protocol.Event:
     ev: protocol.Event = {"kind": protocol.TORCH, "t": time.time(), "torch": str(getattr(torch, "__version__", "?"))}
     version = getattr(torch, "version", None)
     ev["cuda"] = getattr(version, "cuda", None)
@@ -399,7 +399,7 @@ def _count_dirs(path: str, depth: int) -> int:
     return sum(_count_dirs(e.path, depth - 1) for e in entries)
 
 
-def devices_event(torch: Any) -> protocol.Event:
+def devices_event(torch: ModuleType) -> protocol.Event:
     devs = []
     try:
         for i in range(torch.cuda.device_count()):

@@ -222,7 +222,7 @@ class TraceConverter:
             }
         return [ev] if ev is not None else []
 
-    def _dynamo_start(self, md: dict[str, Any], extra: Any, base: dict[str, object]) -> protocol.Event:
+    def _dynamo_start(self, md: dict[str, Any], extra: object, base: dict[str, object]) -> protocol.Event:
         raw = (md.get("dynamo_start") or {}).get("stack") or []
         stack = []
         for fr in raw:
@@ -310,7 +310,7 @@ class TraceConverter:
             ev[k] = v
         return ev
 
-    def _cache(self, name: str, payload: Any, base: dict[str, object]) -> protocol.Event:
+    def _cache(self, name: str, payload: object, base: dict[str, object]) -> protocol.Event:
         cache, result = CACHE_ARTIFACTS[name]
         ev: protocol.Event = {"kind": protocol.CACHE, **base, "cache": cache, "result": result}
         info = cache_fields(payload) if isinstance(payload, str) else {}
@@ -328,7 +328,7 @@ class TraceConverter:
             ev["time_saved_s"] = info["time_saved_ns"] / 1e9
         return ev
 
-    def _autotune(self, payload: Any, base: dict[str, object]) -> protocol.Event | None:
+    def _autotune(self, payload: object, base: dict[str, object]) -> protocol.Event | None:
         try:
             info = json.loads(payload) if isinstance(payload, str) else None
         except ValueError:

@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import time
+from types import FrameType
 from typing import Any
 
 from ctmon.agent.bench_mode import parse_try
@@ -316,7 +317,7 @@ def _refuse_live_files(out_dir: str, modes: list[str], warm: bool, max_runs: int
                 refuse_overwrite("bench", path, ())
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from ctmon.agent.bench_mode import TRY_ENV
 from ctmon.launch.spec import JobSpec
-from ctmon.read.follow import Follower as RecordingFollower
+from ctmon.read.follow import Follower
 from ctmon.report.bench import ModeRun
 
 POLL_S = 0.25
@@ -58,7 +58,7 @@ def run_mode(
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=spec.cwd, start_new_session=True
         )
-    follow = Follower(rec)
+    follow = RunRecording(rec)
     started = time.monotonic()
     stopped: str | None = None
     stop_at: float | None = None  # when to escalate the stop
@@ -100,7 +100,7 @@ def run_mode(
 
 
 def _step(
-    proc: subprocess.Popen[bytes], follow: Follower, progress: Progress, label: str, started: float
+    proc: subprocess.Popen[bytes], follow: RunRecording, progress: Progress, label: str, started: float
 ) -> int | None:
     """One look at the run: its exit status (None: running), its progress shown."""
     code = proc.poll()
@@ -109,7 +109,7 @@ def _step(
     return code
 
 
-def _interrupt_run(proc: subprocess.Popen[bytes], follow: Follower) -> tuple[float, int]:
+def _interrupt_run(proc: subprocess.Popen[bytes], follow: RunRecording) -> tuple[float, int]:
     """Ctrl-C to the run, once its recording has begun: (when to escalate,
     stage 1). Until then ``ctmon record`` is starting and has not yet left
     Ctrl-C to the job -- the signal would end ctmon itself, nothing
@@ -138,7 +138,7 @@ def _last_line(path: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
-class Follower(RecordingFollower):
+class RunRecording(Follower):
     """A run's recording as it grows, and what the run is doing."""
 
     def state(self) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from ctmon.cli import CliError
 from ctmon.wire.errors import RecordingError
 
 if TYPE_CHECKING:
-    from ctmon.wire.events import Event, Unknown
+    from ctmon.wire.event_base import Event, Unknown
 
 USAGE = "ctmon export --perfetto|--svg RUN [RUN ...] -o FILE"
 HELP = f"usage: {USAGE}\n\n" + (__doc__.split("\n\n", 1)[1] if __doc__ else "")

@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec
 from ctmon.launch.spec import UsageError
+
+if TYPE_CHECKING:
+    from ctmon.launch.join_target import Target
 
 PID_OPTION = OptionSpec(
     ("--pid",),
@@ -40,7 +43,7 @@ def parse_pid(command: str, text: str) -> int:
     return int(text)
 
 
-def check(command: str, pid: int) -> Any:
+def check(command: str, pid: int) -> Target:
     """The process to join, or one line that says why not (exit 2)."""
     from ctmon.launch.join_target import JoinRefused, check_joinable
 

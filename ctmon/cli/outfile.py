@@ -23,6 +23,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any, TextIO
 
 from ctmon.cli import CliError
@@ -82,7 +83,7 @@ def _live(path: str, expected: os.stat_result) -> bool:
         os.close(fd)
 
 
-def write_text(command: str, path: str, write: Callable[[TextIO], Any]) -> None:
+def write_text(command: str, path: str, write: Callable[[TextIO], object]) -> None:
     """``write`` the file ``path`` names, whole or not at all (see the module);
     a failure is one line (``CliError``)."""
     try:
@@ -105,7 +106,7 @@ def write_text(command: str, path: str, write: Callable[[TextIO], Any]) -> None:
         raise CliError(f"{command}: cannot write {path}: {e.strerror or e}") from None
 
 
-def _replace(target: str, existing: os.stat_result | None, write: Callable[[TextIO], Any]) -> None:
+def _replace(target: str, existing: os.stat_result | None, write: Callable[[TextIO], object]) -> None:
     """Write a temporary file beside ``target``, then rename it over ``target``."""
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
@@ -167,5 +168,5 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from types import FrameType
 from typing import Any
 
 
@@ -19,5 +20,5 @@ def run_app(app: Any) -> Any:
         signal.signal(signal.SIGHUP, previous)
 
 
-def _hangup(signum: int, frame: Any) -> None:
+def _hangup(signum: int, frame: FrameType | None) -> None:
     os._exit(128 + signal.SIGHUP)

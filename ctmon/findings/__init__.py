@@ -35,13 +35,13 @@ from ctmon.findings import (
     generate_eager,
     glue,
     perf,
-    ranks,
+    rank_divergence,
     recompiles,
     silent,
 )
 from ctmon.findings.guard_advice import name_users_tensor
 from ctmon.findings.model import SEVERITIES, Finding, order
-from ctmon.wire.events import StackFrame
+from ctmon.wire.events_compile import StackFrame
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -58,7 +58,7 @@ _RULES = (
     + perf.RULES
     + silent.RULES
     + generate_eager.RULES
-    + ranks.RULES
+    + rank_divergence.RULES
 )
 
 
@@ -78,7 +78,7 @@ def analyze(session: Session, *, strict: bool = False) -> list[Finding]:
             # A malformed recording must not hide the other findings.
             continue
     _lead_in(session, out)
-    ranks.say_scope(session, out)  # figures of one rank's store say which
+    rank_divergence.say_scope(session, out)  # figures of one rank's store say which
     return order(out)
 
 

@@ -36,7 +36,7 @@ from ctmon.findings import guards as G
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame
     from ctmon.store.session import Session
-    from ctmon.wire.events import Specialization
+    from ctmon.wire.events_compile import Specialization
 
 GAP_S = 2.0
 

@@ -21,7 +21,7 @@ from weakref import WeakKeyDictionary
 
 from ctmon.findings import analyze
 from ctmon.findings.model import Finding
-from ctmon.findings.ranks import OPEN_RECOMPILE_S
+from ctmon.findings.rank_divergence import OPEN_RECOMPILE_S
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.findings.model import RANK_COST, Finding, code_fix
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -71,7 +72,7 @@ def rule_generate_eager(s: Session) -> list[Finding]:
     ]
 
 
-def _compile_of(s: Session, model: str | None) -> E.CompileCall | None:
+def _compile_of(s: Session, model: str | None) -> EC.CompileCall | None:
     """The job's torch.compile call of ``model`` (the class generate() ran
     on): of the module itself, a method of it, or a wrapper running it."""
     if not model:
@@ -83,7 +84,7 @@ def _compile_of(s: Session, model: str | None) -> E.CompileCall | None:
     return None
 
 
-def _fix_code(name: str, call: E.CompileCall) -> str:
+def _fix_code(name: str, call: EC.CompileCall) -> str:
     """The user's change, with the options of their own compile kept."""
     args = [f"{name}.forward"]
     if call.backend and call.backend != DEFAULT_BACKEND:
@@ -94,7 +95,7 @@ def _fix_code(name: str, call: E.CompileCall) -> str:
     return f"{name}.forward = torch.compile({', '.join(args)})"
 
 
-def _evidence(calls: list[E.Generation], compiled: E.CompileCall) -> list[str]:
+def _evidence(calls: list[E.Generation], compiled: EC.CompileCall) -> list[str]:
     said = [
         f"torch.compile({compiled.target or '?'}) at {compiled.file or '?'}:{compiled.line}, backend "
         f"{compiled.backend or '?'}" + (f", mode {compiled.mode}" if compiled.mode else "")

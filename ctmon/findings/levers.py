@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame
     from ctmon.store.session import Session
-    from ctmon.wire.events import CompileCall, StackFrame
+    from ctmon.wire.events_compile import CompileCall, StackFrame
 
 USER = "user"
 TRAINER = "trainer"  # transformers' Trainer (or a subclass: trl's SFTTrainer ...)

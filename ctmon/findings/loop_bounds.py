@@ -14,7 +14,7 @@ from ctmon.findings.recompile_limits import Group, _budget, _ev, _severity
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
     from ctmon.store.session import Session
-    from ctmon.wire.events import Specialization
+    from ctmon.wire.events_compile import Specialization
 
 
 def loop_bound_finding(s: Session, frame: Frame, pairs: Group) -> Finding:

@@ -20,7 +20,7 @@ from ctmon.words.phrases import cut
 if TYPE_CHECKING:
     from ctmon.store.compiles import Frame
     from ctmon.store.session import Session
-    from ctmon.wire import events as E
+    from ctmon.wire import events_compile as EC
 
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<")
 
@@ -84,7 +84,7 @@ def rule_empty_graphs(s: Session) -> list[Finding]:
 _DDP = "DistributedDataParallel"
 
 
-def _ddp_compiled_nothing(s: Session, frames: list[Frame]) -> E.CompileCall | None:
+def _ddp_compiled_nothing(s: Session, frames: list[Frame]) -> EC.CompileCall | None:
     """The ``torch.compile(DDP(model))`` call that explains empty graphs:
     DDP's forward is excluded from Dynamo on purpose, so Dynamo compiles the
     module under it as a frame of its own -- and only if that module's
@@ -112,7 +112,7 @@ def covered_by_empty_graphs(s: Session, design_key: str) -> bool:
     return _ddp_compiled_nothing(s, frames) is not None
 
 
-def _ddp_finding(s: Session, call: E.CompileCall, n: int, cost: float, frames_said: list[str]) -> Finding:
+def _ddp_finding(s: Session, call: EC.CompileCall, n: int, cost: float, frames_said: list[str]) -> Finding:
     inner = call.wraps or "model"
     if call.wraps:
         why = f"{inner}'s forward is PyTorch's ({call.wraps_module}), so no operation was compiled"
@@ -139,7 +139,7 @@ def _ddp_finding(s: Session, call: E.CompileCall, n: int, cost: float, frames_sa
     )
 
 
-def _ddp_evidence(s: Session, call: E.CompileCall) -> list[str]:
+def _ddp_evidence(s: Session, call: EC.CompileCall) -> list[str]:
     """The call, and DDP's intended breaks (their own finding is left out: one finding per cause)."""
     mine = call.called_from
     said = [
@@ -153,7 +153,7 @@ def _ddp_evidence(s: Session, call: E.CompileCall) -> list[str]:
     return said
 
 
-def _ddp_code_fix(call: E.CompileCall) -> Fix:
+def _ddp_code_fix(call: EC.CompileCall) -> Fix:
     """_ddp_fix as data: the change at the line that compiles (the user's line into accelerate)."""
     mine = call.called_from
     file, line = (mine.file, mine.line) if mine is not None else (call.file, call.line)
@@ -164,7 +164,7 @@ def _ddp_code_fix(call: E.CompileCall) -> Fix:
     return code_fix("model = DDP(torch.compile(model))", file, line)
 
 
-def _ddp_fix(call: E.CompileCall) -> str:
+def _ddp_fix(call: EC.CompileCall) -> str:
     if package_of(call.file) == "accelerate":  # its prepare() compiles what it wrapped
         return (
             "accelerate made this call in prepare() (its dynamo_backend): it compiles DDP(model). Compile the model "

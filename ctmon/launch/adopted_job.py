@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ctmon.launch import signal_policy
 from ctmon.launch.runtime import alive
 from ctmon.wire import events as E
+from ctmon.wire.event_base import Event
 
 
 @dataclass
@@ -30,7 +31,7 @@ class AdoptedProcess:
 
 
 class AdoptedJob:
-    def __init__(self, pid: int, sel: selectors.BaseSelector, emit: Callable[[E.Event], None]) -> None:
+    def __init__(self, pid: int, sel: selectors.BaseSelector, emit: Callable[[Event], None]) -> None:
         self.proc = AdoptedProcess(pid)
         self.sel = sel
         self.emit = emit

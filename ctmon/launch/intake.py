@@ -2,8 +2,8 @@
 
 Every process of the job that runs the agent connects to ``agent.sock`` (the
 job itself, a program it exec'd into, a child that imported ctmon): each
-connection is an ``Agent`` that knows its pid from the moment it is accepted
-(``SO_PEERCRED``). Its lines are validated and passed on as they came.
+connection is an ``AgentConnection`` that knows its pid from the moment it is
+accepted (``SO_PEERCRED``). Its lines are validated and passed on as they came.
 Step boundaries travel through shared-memory rings instead (ctmon/wire/ring.py):
 a ``process`` event names the ring, and the rings are drained on a clock. A
 process whose ``process`` event says it could make no ring sends its
@@ -27,9 +27,10 @@ from ctmon.launch.sockets import same_user
 from ctmon.wire import events as E
 from ctmon.wire import protocol
 from ctmon.wire.decode import Decoder
+from ctmon.wire.event_base import Event, Unknown
 from ctmon.wire.ring import RingError, RingReader, StepDecoder, StepRing
 
-Emit = Callable[[E.Event], None]
+Emit = Callable[[Event], None]
 # Kinds only the supervisor writes: an agent sending one is ignored (and a
 # viewer's refusal is never recorded).
 SUPERVISOR_KINDS = (E.SessionStart, E.Exit, E.Output, E.Sample, E.Steps, E.Refusal, E.ProcessEnd)
@@ -46,7 +47,7 @@ def _stdlib_readable(line: bytes) -> bool:
     return True
 
 
-class Agent:
+class AgentConnection:
     """One agent connection: one process of the job."""
 
     def __init__(self, sock: socket.socket) -> None:
@@ -82,19 +83,19 @@ class Intake:
         self,
         session_dir: str,
         emit: Emit,
-        write_line: Callable[[bytes, E.Event | E.Unknown], None],
+        write_line: Callable[[bytes, Event | Unknown], None],
         peer_note: Callable[[str], None],
     ) -> None:
         self.session_dir = session_dir
         self.emit = emit  # an event we made (notes, steps, drops)
         self.write_line = write_line  # an agent's line, recorded as it came
         self.peer_note = peer_note
-        self.agents: list[Agent] = []
+        self.agents: list[AgentConnection] = []
         self.rings: list[Ring] = []
         self.steps_lost = 0
         self.decoder = Decoder()
 
-    def accept(self, listener: socket.socket) -> Agent | None:
+    def accept(self, listener: socket.socket) -> AgentConnection | None:
         try:
             conn, _ = listener.accept()
         except OSError:
@@ -103,20 +104,20 @@ class Intake:
             conn.close()
             return None
         conn.setblocking(False)
-        a = Agent(conn)
+        a = AgentConnection(conn)
         self.agents.append(a)
         return a
 
     def pids(self) -> list[int | None]:
         return [a.pid for a in self.agents]
 
-    def forget(self, a: Agent) -> None:
+    def forget(self, a: AgentConnection) -> None:
         if a in self.agents:
             self.agents.remove(a)
             if a.rank is not None:  # a rank's process is gone: its state says so before the launcher's summary
                 self.emit(E.ProcessEnd(t=time.time(), pid=a.pid, rank=a.rank))
 
-    def read(self, a: Agent) -> bool:
+    def read(self, a: AgentConnection) -> bool:
         """Take what the agent sent; False once it has closed (drop it)."""
         try:
             data = a.sock.recv(1 << 16)
@@ -142,7 +143,7 @@ class Intake:
             )
         return True
 
-    def _line(self, line: bytes, a: Agent | None = None) -> None:
+    def _line(self, line: bytes, a: AgentConnection | None = None) -> None:
         # the one place an agent's bytes become an event: validated here, the
         # line is then recorded as it came (so the recording is what was sent)
         ev = self.decoder.decode(line)
@@ -179,7 +180,7 @@ class Intake:
         # it came, for a newer viewer to read
         self.write_line(line + b"\n", ev)
 
-    def _relayed_drops(self, a: Agent, dropped: int) -> None:
+    def _relayed_drops(self, a: AgentConnection, dropped: int) -> None:
         """An agent without a ring counts the boundaries it lost (cumulative):
         they join the rings' losses, in the one total the drops event holds."""
         more = dropped - a.steps_dropped

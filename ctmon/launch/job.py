@@ -32,6 +32,7 @@ from ctmon.launch.spec import JobSpec, job_python_path
 from ctmon.launch.tty import isatty, raw_output, set_winsize, term_size
 from ctmon.wire import events as E
 from ctmon.wire import protocol
+from ctmon.wire.event_base import Event
 from ctmon.words.signal_notes import PASSED_ON, sent_signal_message
 
 # A job that writes as fast as it can fills its pipe (PIPE_SIZE) while the
@@ -57,7 +58,7 @@ CONTROL_SIGNALS = {"interrupt": signal.SIGINT, "terminate": signal.SIGTERM, "kil
 # why ctmon sent a viewer's signal, as the recording's note (and the findings) say it
 CONTROL_REASONS = {"interrupt": "Ctrl-C", "terminate": "a viewer's terminate", "kill": "a viewer's kill"}
 
-Emit = Callable[[E.Event], None]
+Emit = Callable[[Event], None]
 
 
 class Stream:

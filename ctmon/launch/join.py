@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ctmon.launch.adopted_job import AdoptedJob
 from ctmon.launch.join_inject import bootstrap_code, inject
 from ctmon.wire import events as E
+from ctmon.wire.event_base import Event
 
 if TYPE_CHECKING:
     from ctmon.launch.intake import Intake
@@ -52,7 +53,7 @@ class JoinedJob(AdoptedJob):
     the supervisor is ready for it, and taken out when the user leaves
     (SIGINT, SIGTERM or SIGHUP to the supervisor, a viewer's stop)."""
 
-    def __init__(self, pid: int, sel: selectors.BaseSelector, emit: Callable[[E.Event], None]) -> None:
+    def __init__(self, pid: int, sel: selectors.BaseSelector, emit: Callable[[Event], None]) -> None:
         super().__init__(pid, sel, emit)
         self.agents: Intake | None = None  # the agents' connections, set by the supervisor
         self.held_s: float | None = None  # how long gdb held the process

@@ -13,6 +13,8 @@ import time
 
 from ctmon.store import ExitInfo
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
+from ctmon.wire.event_base import Event
 from ctmon.wire.protocol import STEP_RANK
 
 REGISTRY_INTERVAL_S = 2.0  # how often session.json is refreshed
@@ -37,7 +39,7 @@ class RunCounts:
         self._steps = 0
         self.capture_notes: list[E.Note] = []  # what `record -q` still warns about
 
-    def count(self, ev: E.Event) -> None:
+    def count(self, ev: Event) -> None:
         kind = type(ev)
         if kind is E.Steps:
             assert isinstance(ev, E.Steps)
@@ -46,15 +48,15 @@ class RunCounts:
                 self._src, self._steps = rank, 0
             if rank == self._src:
                 self._steps = max(self._steps, ev.i0 + len(ev.ns))
-        elif kind is E.CompileStart:
-            assert isinstance(ev, E.CompileStart)
+        elif kind is EC.CompileStart:
+            assert isinstance(ev, EC.CompileStart)
             self._active.add(ev.compile_id)
-        elif kind is E.Compile:
-            assert isinstance(ev, E.Compile)
+        elif kind is EC.Compile:
+            assert isinstance(ev, EC.Compile)
             self._active.discard(ev.compile_id)
             self.compiles += 1
             self.recompiles += bool(ev.recompile_reason)
-        elif kind is E.GraphBreak:
+        elif kind is EC.GraphBreak:
             self.graph_breaks += 1
         elif kind is E.Note:
             assert isinstance(ev, E.Note)
@@ -97,7 +99,7 @@ class Registry:
         self.tcp: str | None = None
         self._next = 0.0
 
-    def count(self, ev: E.Event) -> None:
+    def count(self, ev: Event) -> None:
         self.counts.count(ev)
 
     @property

@@ -9,9 +9,10 @@ from collections.abc import Callable
 import msgspec
 
 from ctmon.wire import events as E
+from ctmon.wire.event_base import Event
 
 
-def run_samplers(pid: int, interval: float, stop: threading.Event, put: Callable[[E.Event], None]) -> None:
+def run_samplers(pid: int, interval: float, stop: threading.Event, put: Callable[[Event], None]) -> None:
     """The sampler thread: the job's processes and the GPUs, once each
     ``interval`` until ``stop`` is set, each sample handed to ``put``."""
     try:

@@ -36,7 +36,7 @@ import msgspec
 
 import ctmon
 from ctmon.launch.adopted_job import AdoptedJob
-from ctmon.launch.intake import Agent, Intake
+from ctmon.launch.intake import AgentConnection, Intake
 from ctmon.launch.job import Job
 from ctmon.launch.join import JoinedJob
 from ctmon.launch.join_target import JoinRefused
@@ -50,6 +50,7 @@ from ctmon.launch.viewers import Controls, Viewer, Viewers
 from ctmon.store import ExitInfo
 from ctmon.wire import events as E
 from ctmon.wire import protocol
+from ctmon.wire.event_base import Event, Unknown
 
 DRAIN_TIMEOUT_S = 2.0
 HANDOFF_IDLE_S = 0.3  # after the job exited: this long without output from its children
@@ -87,7 +88,7 @@ class Supervisor:
         self.opts = opts
         self.sel = selectors.DefaultSelector()
         self.exit: ExitInfo | None = None
-        self.inbox: deque[E.Event] = deque()
+        self.inbox: deque[Event] = deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -112,7 +113,7 @@ class Supervisor:
             self.sel, self.recorder, Controls(signal=self.job.control_signal, stop=self.job.stop, stdin=self.job.stdin)
         )
         self.registry = Registry(opts.session_dir, opts.session_id, opts.mode, spec.display(), spec.cwd, opts.recording)
-        self.on_event: Callable[[E.Event | E.Unknown], None] | None = None
+        self.on_event: Callable[[Event | Unknown], None] | None = None
         encoder = msgspec.json.Encoder()
         self._encode, self._encode_into = encoder.encode, encoder.encode_into
         self._line = bytearray()
@@ -257,15 +258,15 @@ class Supervisor:
 
     # ------------------------------------------------------------- recording
 
-    def _emit(self, ev: E.Event) -> None:
+    def _emit(self, ev: Event) -> None:
         """An event the supervisor makes (its own, the job's output, the step rings)."""
         line = self._line  # reused: the recorder copies what it keeps (no allocation per output chunk)
         self._encode_into(ev, line)
         line.append(10)
         self._write_line(line, ev)
 
-    def _write_line(self, line: bytes | bytearray, ev: E.Event | E.Unknown) -> None:
-        if not isinstance(ev, E.Unknown):
+    def _write_line(self, line: bytes | bytearray, ev: Event | Unknown) -> None:
+        if not isinstance(ev, Unknown):
             self.registry.count(ev)
         if self.on_event is not None:
             self.on_event(ev)
@@ -289,20 +290,20 @@ class Supervisor:
         if a is not None:
             self.sel.register(a.sock, selectors.EVENT_READ, ("agent", a))
 
-    def _read_agent(self, a: Agent) -> None:
+    def _read_agent(self, a: AgentConnection) -> None:
         if not self.intake.read(a):
             self.job.agent_closed(a.pid)
             self._drop_peer(a)
         elif a.rank is not None:
             self.job.watch_rank(a.pid, a.rank)
 
-    def _guarded(self, handler: Callable[..., None], peer: Agent | Viewer, *args: object) -> None:
+    def _guarded(self, handler: Callable[..., None], peer: AgentConnection | Viewer, *args: object) -> None:
         """One peer's bytes must never take the supervisor (and so the job) down:
         whatever a handler raises drops that peer, with a note, and nothing else."""
         try:
             handler(peer, *args)
         except Exception as e:
-            what = "an agent connection" if isinstance(peer, Agent) else "a viewer"
+            what = "an agent connection" if isinstance(peer, AgentConnection) else "a viewer"
             self._drop_peer(peer)
             self._peer_note(f"dropped {what}: it sent what ctmon could not handle ({type(e).__name__}: {e})")
 
@@ -317,7 +318,7 @@ class Supervisor:
         except Exception:
             pass
 
-    def _drop_peer(self, peer: Agent | Viewer) -> None:
+    def _drop_peer(self, peer: AgentConnection | Viewer) -> None:
         if isinstance(peer, Viewer):
             self.viewers.drop(peer)
             return
@@ -333,7 +334,7 @@ class Supervisor:
         assert self.job.proc is not None
         run_samplers(self.job.proc.pid, self.opts.sample_interval, self._stop_sampler, self._take_sample)
 
-    def _take_sample(self, ev: E.Event) -> None:
+    def _take_sample(self, ev: Event) -> None:
         """On the sampler thread: the event into the inbox, the loop woken."""
         self.inbox.append(ev)
         _poke(self._wake_w)

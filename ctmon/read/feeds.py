@@ -35,7 +35,8 @@ from ctmon.read.recording import (
 )
 from ctmon.wire import protocol
 from ctmon.wire.decode import Decoder, Fix, typed
-from ctmon.wire.events import Event, Exit, Refusal, SessionStart, Unknown
+from ctmon.wire.event_base import Event, Unknown
+from ctmon.wire.events import Exit, Refusal, SessionStart
 
 Batch = list[Event | Unknown]
 

@@ -19,7 +19,8 @@ from typing import BinaryIO
 from ctmon.wire import protocol
 from ctmon.wire.decode import Decoder, Fix
 from ctmon.wire.errors import RecordingError
-from ctmon.wire.events import Event, Note, SessionStart, Unknown, kind_of
+from ctmon.wire.event_base import Event, Unknown
+from ctmon.wire.events import Note, SessionStart, kind_of
 
 __all__ = [
     "READ_CHUNK",

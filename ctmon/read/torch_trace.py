@@ -52,7 +52,7 @@ from ctmon.read.trace_lines import (
 from ctmon.wire import protocol
 from ctmon.wire.decode import from_dict
 from ctmon.wire.errors import RecordingError
-from ctmon.wire.events import Event
+from ctmon.wire.event_base import Event
 
 if TYPE_CHECKING:
     from ctmon.store import Session

@@ -35,7 +35,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from ctmon.report.ranks import compile_counts, job_totals
+from ctmon.report.rank_sections import compile_counts, job_totals
 from ctmon.store import Session
 from ctmon.words.phrases import cut
 from ctmon.words.units import ms_sig

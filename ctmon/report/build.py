@@ -31,14 +31,14 @@ from ctmon.report.model import (
 from ctmon.report.model import (
     Frame as FrameReport,
 )
-from ctmon.report.ranks import job_cache, job_compile, rank_reports
+from ctmon.report.rank_sections import job_cache, job_compile, rank_reports
 from ctmon.report.system import system_report
 from ctmon.store import Session
 from ctmon.store.compile_state import CompileState
 from ctmon.store.compiles import CompileRecord, Frame
 from ctmon.store.steps import StepSeries
-from ctmon.wire import events as E
-from ctmon.wire.events import StackFrame
+from ctmon.wire import events_compile as EC
+from ctmon.wire.events_compile import StackFrame
 from ctmon.wire.protocol import finite
 
 TRACE_MODE = "torch_trace"  # the session header of PyTorch's trace read as a recording (ctmon/read/torch_trace.py)
@@ -232,7 +232,7 @@ def _compile(c: CompileRecord) -> Compile:
     }
 
 
-def _specialization(x: E.Specialization) -> Specialization:
+def _specialization(x: EC.Specialization) -> Specialization:
     return {
         "compile_id": x.compile_id,
         "sources": list(x.sources),

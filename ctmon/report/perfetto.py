@@ -24,6 +24,8 @@ from typing import Any
 
 from ctmon.store.steps import step_number
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
+from ctmon.wire.event_base import Event, Unknown
 from ctmon.words.labels import PHASE_NAMES
 from ctmon.words.textsafe import clean_markup
 
@@ -41,7 +43,7 @@ class PerfettoExport:
         self.out: list[dict[str, Any]] = []
         self.t0: float | None = None
         self._named: set[int] = set()
-        self._open: dict[tuple[int, str], E.CompileStart] = {}
+        self._open: dict[tuple[int, str], EC.CompileStart] = {}
         self._reasons: dict[tuple[int, str], list[str]] = {}
         self._boundary: dict[tuple[int, str], int] = {}  # a step source's last boundary, ns from the start
         self._origin: int | None = None  # the process (OS pid) of the event being added, where told
@@ -80,10 +82,10 @@ class PerfettoExport:
                 self.out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
         return pid
 
-    def add(self, ev: E.Event | E.Unknown, origin: int | None = None) -> None:
+    def add(self, ev: Event | Unknown, origin: int | None = None) -> None:
         """One event; ``origin``: the OS pid of the process it came from,
         where a trace holds several processes without a rank."""
-        if isinstance(ev, E.Unknown) or not 0 < ev.t <= LATEST_S:
+        if isinstance(ev, Unknown) or not 0 < ev.t <= LATEST_S:
             return
         self._origin = origin
         rank = getattr(ev, "rank", None)
@@ -104,31 +106,31 @@ class PerfettoExport:
         elif kind is E.StepNumber:
             assert isinstance(ev, E.StepNumber)
             self._numbers.setdefault((self._pid(rank), ev.src), []).append((ev.i, ev.n))
-        elif kind is E.CompileStart:
-            assert isinstance(ev, E.CompileStart)
+        elif kind is EC.CompileStart:
+            assert isinstance(ev, EC.CompileStart)
             self._open[(self._pid(rank), str(ev.compile_id))] = ev
             self._us(ev.t)
-        elif kind is E.RecompileReasons:
-            assert isinstance(ev, E.RecompileReasons)
+        elif kind is EC.RecompileReasons:
+            assert isinstance(ev, EC.RecompileReasons)
             self._reasons[(self._pid(rank), str(ev.compile_id))] = list(ev.reasons[:4])
-        elif kind is E.Compile:
-            assert isinstance(ev, E.Compile)
+        elif kind is EC.Compile:
+            assert isinstance(ev, EC.Compile)
             self._compile(ev)
-        elif kind is E.CompilePhase:
-            assert isinstance(ev, E.CompilePhase)
+        elif kind is EC.CompilePhase:
+            assert isinstance(ev, EC.CompilePhase)
             self._phase(ev)
-        elif kind is E.BwdCompile:
-            assert isinstance(ev, E.BwdCompile)
+        elif kind is EC.BwdCompile:
+            assert isinstance(ev, EC.BwdCompile)
             if (self._pid(rank), f"{ev.compile_id} backward") in self._traced:
                 return  # drawn from PyTorch's timers already
             dur = ev.duration_us / 1e6 if ev.duration_us else (ev.inductor_compile_time_s or 0.0)
             self._slice(self._pid(rank), "compiles", f"backward {ev.compile_id}", self._rel(ev.t) - dur, dur, {})
-        elif kind is E.GraphBreak:
-            assert isinstance(ev, E.GraphBreak)
+        elif kind is EC.GraphBreak:
+            assert isinstance(ev, EC.GraphBreak)
             where = f"{ev.file}:{ev.line}" if ev.file else "?"
             self._instant(self._pid(rank), f"graph break {where}", ev.t, {"reason": ev.summary or ev.reason or ""})
-        elif kind is E.CacheResult:
-            assert isinstance(ev, E.CacheResult)
+        elif kind is EC.CacheResult:
+            assert isinstance(ev, EC.CacheResult)
             self._instant(
                 self._pid(rank), f"{ev.cache} {ev.result}", ev.t, {"compile": ev.compile_id, "reason": ev.reason or ""}
             )
@@ -140,7 +142,7 @@ class PerfettoExport:
             how = f"code {ev.code}" if ev.code is not None else (ev.signal or "status unknown")
             self._instant(JOB_PID, f"exit ({how})", ev.t, {}, scope="g")
 
-    def _slice(self, pid: int, track: str, name: str, start_rel: float, dur_s: float, args: dict[str, Any]) -> None:
+    def _slice(self, pid: int, track: str, name: str, start_rel: float, dur_s: float, args: dict[str, object]) -> None:
         self.out.append(
             {
                 "ph": "X",
@@ -153,7 +155,7 @@ class PerfettoExport:
             }
         )
 
-    def _instant(self, pid: int, name: str, t: float, args: dict[str, Any], scope: str = "t") -> None:
+    def _instant(self, pid: int, name: str, t: float, args: dict[str, object], scope: str = "t") -> None:
         if pid == JOB_PID:
             self._pid(None)  # its names, once
         self.out.append(
@@ -193,7 +195,7 @@ class PerfettoExport:
                 self._step_slices.append((step, key, ev.i0 + k))
             self._boundary[key] = t_ns
 
-    def _compile(self, ev: E.Compile) -> None:
+    def _compile(self, ev: EC.Compile) -> None:
         pid = self._pid(ev.rank)
         cid = str(ev.compile_id)
         start = self._open.pop((pid, cid), None)
@@ -201,7 +203,7 @@ class PerfettoExport:
         begin = self._rel(start.t) if start is not None else self._rel(ev.t) - (total or 0.0)
         dur = total if total is not None else max(0.0, self._rel(ev.t) - begin)
         name = (start.name if start is not None else None) or ev.co_name or "compile"
-        args: dict[str, Any] = {"compile_id": cid}
+        args: dict[str, object] = {"compile_id": cid}
         if start is not None and start.file:
             args["at"] = f"{start.file}:{start.line}"
         reasons = self._reasons.pop((pid, cid), None)
@@ -222,7 +224,7 @@ class PerfettoExport:
             if secs and 0 < secs <= dur:
                 self._slice(pid, "compiles", label, end - secs, secs, {"compile_id": cid, "placed": "at the end"})
 
-    def _phase(self, ev: E.CompilePhase) -> None:
+    def _phase(self, ev: EC.CompilePhase) -> None:
         pid = self._pid(ev.rank)
         cid = str(ev.compile_id)
         key = (pid, cid, ev.phase)
@@ -271,7 +273,7 @@ def _text(value: str) -> str:
     return clean_markup(value)
 
 
-def _texts(args: dict[str, Any]) -> dict[str, Any]:
+def _texts(args: dict[str, object]) -> dict[str, object]:
     """A slice's or instant's notes, each string (in a list too) as :func:`_text`."""
     return {
         k: _text(v) if isinstance(v, str) else [_text(x) for x in v] if isinstance(v, list) else v
@@ -279,7 +281,7 @@ def _texts(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def export(events: Iterable[E.Event | E.Unknown | tuple[E.Event | E.Unknown, int | None]]) -> dict[str, Any]:
+def export(events: Iterable[Event | Unknown | tuple[Event | Unknown, int | None]]) -> dict[str, Any]:
     """The timeline of an event stream; an item may be (event, origin): the
     OS pid of a process without a rank that it came from."""
     ex = PerfettoExport()

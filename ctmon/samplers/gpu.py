@@ -122,7 +122,7 @@ def _safe(fn: Any, *args: Any) -> Any:
         return None
 
 
-def _text(v: Any) -> str | None:
+def _text(v: object) -> str | None:
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
     return v if isinstance(v, str) else None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctmon.store.event_handlers import HANDLERS
 from ctmon.wire import events as E
+from ctmon.wire.event_base import Event, Unknown
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 STEPS_RUN = 4096  # step events folded together
 
 
-def apply_all(s: Session, events: Iterable[E.Event | E.Unknown | dict[str, Any]]) -> Session:
+def apply_all(s: Session, events: Iterable[Event | Unknown | dict[str, Any]]) -> Session:
     steps_kind, device_kind, output_kind, exit_kind = E.Steps, E.DeviceTime, E.Output, E.Exit
     handlers, apply = HANDLERS, s.apply
     run: list[E.Steps] = []

@@ -33,6 +33,7 @@ from ctmon.store.compiles import (
 from ctmon.store.phases import PhaseTimers
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 
 # Dynamo settings in force at a compile, as ``compile_start`` carries them:
 # sorted (key, scalar) pairs, one shared tuple per distinct combination (a job
@@ -81,18 +82,18 @@ class CompileState:
         # what a library logged, by the line that logged it (a logging call
         # inside compiled code is also a graph break at that line)
         self.library_logs: dict[tuple[str | None, int | None], E.LibraryLog] = {}
-        self.specializations: list[E.Specialization] = []  # the first SPECIALIZATIONS_MAX
+        self.specializations: list[EC.Specialization] = []  # the first SPECIALIZATIONS_MAX
         self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
         self.bypass_reasons: Counter[str] = Counter()
         self.guard_misses: dict[str, int] = {}  # misses where the graph was cached under other shape guards
         self.time_saved_s = 0.0
         self.autotune_kernels = 0
         self.autotune_cached = 0
-        self.autotune_events: list[E.Autotune] = []
+        self.autotune_events: list[EC.Autotune] = []
         self.cudagraph_skips: Counter[str] = Counter()
         self.recompile_limit: int | None = None
-        self.active: dict[str, E.CompileStart] = {}  # compile id -> its start
-        self.calls: list[E.CompileCall] = []  # the job's torch.compile calls (the first MAX_CALLS)
+        self.active: dict[str, EC.CompileStart] = {}  # compile id -> its start
+        self.calls: list[EC.CompileCall] = []  # the job's torch.compile calls (the first MAX_CALLS)
         self.call_count = 0
         self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, GuardFailures] = {}
@@ -101,12 +102,12 @@ class CompileState:
 
     # ---- events ----
 
-    def on_call(self, ev: E.CompileCall) -> None:
+    def on_call(self, ev: EC.CompileCall) -> None:
         self.call_count += 1
         if len(self.calls) < self.MAX_CALLS:
             self.calls.append(ev)
 
-    def on_start(self, ev: E.CompileStart) -> None:
+    def on_start(self, ev: EC.CompileStart) -> None:
         self.active[str(ev.compile_id)] = ev
         if ev.recompile_limit is not None:
             self.recompile_limit = ev.recompile_limit
@@ -123,7 +124,7 @@ class CompileState:
         ):
             frame.called_from = ev.called_from
 
-    def _new_frame(self, fid: int | None, start: E.CompileStart | None, metrics: E.Compile | None = None) -> Frame:
+    def _new_frame(self, fid: int | None, start: EC.CompileStart | None, metrics: EC.Compile | None = None) -> Frame:
         if start is not None:
             code = Location(nonempty(start.file), start.line, nonempty(start.name))
         else:
@@ -156,7 +157,7 @@ class CompileState:
         stem = (code.file or "").replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
         return f"{module} › {stem + '.' if stem else ''}{display_name(code.name) or '?'}"
 
-    def on_reasons(self, ev: E.RecompileReasons) -> None:
+    def on_reasons(self, ev: EC.RecompileReasons) -> None:
         self._reasons[str(ev.compile_id)] = guard_failures(ev)
 
     def pending_reasons(self, compile_id: str) -> list[str]:
@@ -164,7 +165,7 @@ class CompileState:
         found = self._reasons.get(compile_id)
         return found.reasons if found is not None else []
 
-    def on_compile(self, ev: E.Compile) -> CompileRecord:
+    def on_compile(self, ev: EC.Compile) -> CompileRecord:
         cid = str(ev.compile_id)
         start = self.active.pop(cid, None)
         fid = ev.frame_id
@@ -223,7 +224,7 @@ class CompileState:
             self.compiles.append(rec)
         return rec
 
-    def on_bwd(self, ev: E.BwdCompile) -> None:
+    def on_bwd(self, ev: EC.BwdCompile) -> None:
         self.phases.backward_done(str(ev.compile_id))
         self.bwd_compiles += 1
         dur = ev.duration_us
@@ -232,7 +233,7 @@ class CompileState:
         if ev.cudagraph_skip_reason:
             self.cudagraph_skips[ev.cudagraph_skip_reason[:300]] += 1
 
-    def on_graph_break(self, ev: E.GraphBreak) -> BreakSite:
+    def on_graph_break(self, ev: EC.GraphBreak) -> BreakSite:
         file, line = nonempty(ev.file), ev.line
         summary = ev.summary or ev.reason or "graph break"
         key = (file, line)
@@ -266,7 +267,7 @@ class CompileState:
         self.graph_break_count += 1
         return site
 
-    def on_cache(self, ev: E.CacheResult) -> None:
+    def on_cache(self, ev: EC.CacheResult) -> None:
         cache, result = ev.cache, ev.result
         if cache is None or result not in ("hit", "miss", "bypass"):
             return
@@ -280,7 +281,7 @@ class CompileState:
         if saved is not None and saved > 0 and result == "hit" and cache == "aot_autograd":
             self.time_saved_s += saved
 
-    def on_autotune(self, ev: E.Autotune) -> None:
+    def on_autotune(self, ev: EC.Autotune) -> None:
         for k in ev.kernels:
             self.autotune_kernels += 1
             state = str(k.get("autotune_cache_state") or k.get("cache_state") or "")

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 from ctmon.wire import guard_reasons
 
 LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
@@ -72,7 +72,7 @@ class GuardFailures:
 _MAX_KEPT = 1 + guard_reasons.MAX_KINDS + guard_reasons.HEAD
 
 
-def guard_failures(ev: E.RecompileReasons) -> GuardFailures:
+def guard_failures(ev: EC.RecompileReasons) -> GuardFailures:
     """The guard failures a ``recompile_reasons`` event carries. A recording
     made before the agent summarized them holds PyTorch's whole list (n
     reasons on the n-th recompile): summarized here the same way, so it gives
@@ -113,8 +113,8 @@ class CompileRecord:
     fx_hits: int = 0
     fx_misses: int = 0
     ok: bool = True
-    called_from: E.StackFrame | None = None  # the user's own line into a library's frame
-    started_at: E.StackFrame | None = None  # the innermost line of the user's code when it began
+    called_from: EC.StackFrame | None = None  # the user's own line into a library's frame
+    started_at: EC.StackFrame | None = None  # the innermost line of the user's code when it began
     guard: Any = field(default=None, repr=False, compare=False)  # the findings engine's parse of the reason
 
     @property
@@ -139,7 +139,7 @@ class Frame:
     limit_hit: bool = False
     entries: int = 0  # cache entries (compiled versions) held for the code object
     recompile_limit: int | None = None
-    called_from: E.StackFrame | None = None  # a library's frame: the user's line that first led there
+    called_from: EC.StackFrame | None = None  # a library's frame: the user's line that first led there
 
     @property
     def recompiles(self) -> int:
@@ -169,10 +169,10 @@ class BreakSite:
     detail: str | None = None  # full reason text
     explanation: str | None = None
     hints: list[str] = field(default_factory=list)
-    user_stack: list[E.StackFrame] = field(default_factory=list)
+    user_stack: list[EC.StackFrame] = field(default_factory=list)
     url: str | None = None
     gb_id: str | None = None
-    called_from: E.StackFrame | None = None  # a library's break: the user's line that leads there
+    called_from: EC.StackFrame | None = None  # a library's break: the user's line that leads there
     count: int = 0
     first_t: float = 0.0
     last_t: float = 0.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 
 MAX_RUNS = 20_000  # warm-ups and recordings kept for step attribution (the counts go on)
 MAX_SIZES = 16  # distinct input sizes kept per graph
@@ -91,7 +91,7 @@ class CudagraphState:
         self._counted = (0, 0)  # the agent's own counts of warm-ups and recordings (events may be dropped)
         self._recorded: set[tuple[int | None, int | None]] = set()
 
-    def on_event(self, ev: E.CudagraphTree) -> GraphRun | None:
+    def on_event(self, ev: EC.CudagraphTree) -> GraphRun | None:
         if ev.event == COUNTS:
             self.counted = True
             self.replays = max(self.replays, ev.replays or 0)

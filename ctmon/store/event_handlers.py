@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ctmon.store.joined import joined_before
-from ctmon.store.ranks import KEPT_UNTIL_RANKED, keeping
+from ctmon.store.rank_stores import KEPT_UNTIL_RANKED, keeping
 from ctmon.store.records import ExitInfo, LogEntry
 from ctmon.store.values import nonempty
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 from ctmon.wire import protocol
+from ctmon.wire.event_base import Event
 from ctmon.words import log_lines
 
 if TYPE_CHECKING:
@@ -96,17 +98,17 @@ def on_joined(s: Session, ev: E.Joined) -> None:
     s.rev["meta"] += 1
 
 
-def on_compile_call(s: Session, ev: E.CompileCall) -> None:
+def on_compile_call(s: Session, ev: EC.CompileCall) -> None:
     s.compile.on_call(ev)
     s.rev["compile"] += 1
 
 
-def on_compile_start(s: Session, ev: E.CompileStart) -> None:
+def on_compile_start(s: Session, ev: EC.CompileStart) -> None:
     s.compile.on_start(ev)
     s.rev["compile"] += 1
 
 
-def on_compile(s: Session, ev: E.Compile) -> None:
+def on_compile(s: Session, ev: EC.Compile) -> None:
     rec = s.compile.on_compile(ev)
     frame = s.compile.frames.get(rec.frame_id)
     where = frame.loc.text() if frame else "?"
@@ -131,48 +133,48 @@ def on_hotness(s: Session, ev: E.Hotness) -> None:
     s.rev["hotness"] += 1  # the Frames pane's calls and shares
 
 
-def on_phase(s: Session, ev: E.CompilePhase) -> None:
+def on_phase(s: Session, ev: EC.CompilePhase) -> None:
     s.compile.phases.on_phase(ev)
     if ev.phase == "backward":  # what the ranks view shows changes
         s.rev["compile"] += 1
 
 
-def on_bwd(s: Session, ev: E.BwdCompile) -> None:
+def on_bwd(s: Session, ev: EC.BwdCompile) -> None:
     s.compile.on_bwd(ev)
     s.rev["compile"] += 1
 
 
-def on_reasons(s: Session, ev: E.RecompileReasons) -> None:
+def on_reasons(s: Session, ev: EC.RecompileReasons) -> None:
     s.compile.on_reasons(ev)
 
 
-def on_graph_break(s: Session, ev: E.GraphBreak) -> None:
+def on_graph_break(s: Session, ev: EC.GraphBreak) -> None:
     site = s.compile.on_graph_break(ev)
     log(s, ev.t, "graph_break", log_lines.graph_break(site.loc.text(), site.reason), "warning", (site.file, site.line))
     s.rev["compile"] += 1
 
 
-def on_cache(s: Session, ev: E.CacheResult) -> None:
+def on_cache(s: Session, ev: EC.CacheResult) -> None:
     s.compile.on_cache(ev)
     text = log_lines.cache_result(ev.cache, ev.result, ev.compile_id, ev.reason)
     log(s, ev.t, "cache", text, "info", ev.compile_id)
     s.rev["compile"] += 1
 
 
-def on_autotune(s: Session, ev: E.Autotune) -> None:
+def on_autotune(s: Session, ev: EC.Autotune) -> None:
     s.compile.on_autotune(ev)
     log(s, ev.t, "autotune", log_lines.kernels_tuned(len(ev.kernels), ev.compile_id), "info", ev.compile_id)
     s.rev["compile"] += 1
 
 
-def on_cudagraph(s: Session, ev: E.Cudagraph) -> None:
+def on_cudagraph(s: Session, ev: EC.Cudagraph) -> None:
     reason = nonempty(ev.reason) or nonempty(ev.message) or log_lines.NO_CUDAGRAPH_REASON
     s.compile.cudagraph_skips[reason[:300]] += 1
     log(s, ev.t, "cudagraph", log_lines.cudagraph_skipped(reason), "warning")
     s.rev["compile"] += 1
 
 
-def on_cudagraph_tree(s: Session, ev: E.CudagraphTree) -> None:
+def on_cudagraph_tree(s: Session, ev: EC.CudagraphTree) -> None:
     run = s.cudagraphs.on_event(ev)
     if run is not None:  # (the periodic counts change no view but the findings, which follow the steps)
         text = log_lines.cudagraph_run(run.event, run.graph, run.compile_id, run.sizes, run.dur_s)
@@ -200,7 +202,7 @@ def on_generation(s: Session, ev: E.Generation) -> None:
         s.rev["steps"] += 1
 
 
-def on_specialization(s: Session, ev: E.Specialization) -> None:
+def on_specialization(s: Session, ev: EC.Specialization) -> None:
     kept = s.compile.specializations
     if len(kept) < SPECIALIZATIONS_MAX:
         kept.append(ev)
@@ -273,31 +275,31 @@ def on_exit(s: Session, ev: E.Exit) -> None:
     s.rev["meta"] += 1
 
 
-def _handlers() -> dict[type[E.Event], Handler]:
-    table: dict[type[E.Event], Handler] = {
+def _handlers() -> dict[type[Event], Handler]:
+    table: dict[type[Event], Handler] = {
         E.SessionStart: on_session,
         E.Process: on_process,
         E.Torch: on_torch,
         E.Devices: on_devices,
         E.Joined: on_joined,
-        E.CompileCall: on_compile_call,
-        E.CompileStart: on_compile_start,
-        E.Compile: on_compile,
-        E.BwdCompile: on_bwd,
-        E.CompilePhase: on_phase,
+        EC.CompileCall: on_compile_call,
+        EC.CompileStart: on_compile_start,
+        EC.Compile: on_compile,
+        EC.BwdCompile: on_bwd,
+        EC.CompilePhase: on_phase,
         E.Hotness: on_hotness,
-        E.RecompileReasons: on_reasons,
-        E.GraphBreak: on_graph_break,
-        E.CacheResult: on_cache,
-        E.Autotune: on_autotune,
-        E.Cudagraph: on_cudagraph,
-        E.CudagraphTree: on_cudagraph_tree,
+        EC.RecompileReasons: on_reasons,
+        EC.GraphBreak: on_graph_break,
+        EC.CacheResult: on_cache,
+        EC.Autotune: on_autotune,
+        EC.Cudagraph: on_cudagraph,
+        EC.CudagraphTree: on_cudagraph_tree,
         E.Steps: on_steps,
         E.DeviceTime: on_device_time,
         E.StepNumber: on_step_number,
         E.Generation: on_generation,
         E.LibraryLog: on_library_log,
-        E.Specialization: on_specialization,
+        EC.Specialization: on_specialization,
         E.Uncaught: on_uncaught,
         E.ProcessEnd: on_process_end,
         E.Drops: on_drops,
@@ -307,7 +309,7 @@ def _handlers() -> dict[type[E.Event], Handler]:
         E.Exit: on_exit,
     }
     # what the job's own process compiled before it knew it was a rank
-    # (ctmon/store/ranks.py: kept_until_ranked)
+    # (ctmon/store/rank_stores.py: kept_until_ranked)
     for kind in KEPT_UNTIL_RANKED:
         table[kind] = keeping(table[kind])
     return table

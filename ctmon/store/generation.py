@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctmon.store.step_clock import StepClock
+from ctmon.store.step_sources import StepSources
 from ctmon.store.step_stats import percentile
 from ctmon.wire import events as E
 
@@ -71,7 +71,7 @@ class GenerationState:
         return len(self.calls)
 
     def stats(
-        self, steps: StepClock, compile_spans: Sequence[tuple[float, float]] = (), last: int | None = None
+        self, steps: StepSources, compile_spans: Sequence[tuple[float, float]] = (), last: int | None = None
     ) -> GenerationStats | None:
         """Over all calls, or the ``last`` ones (a live view's recent window);
         ``compile_spans``: (start, end) of every compile, whose steps are left out."""

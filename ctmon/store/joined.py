@@ -89,7 +89,7 @@ class JoinedBefore:
         return lines
 
 
-def joined_before(pid: int | None, before: dict[str, Any]) -> JoinedBefore:
+def joined_before(pid: int | None, before: dict[str, object]) -> JoinedBefore:
     """The event's ``before`` as figures; what it lacks is None, never 0."""
     frames_in = _dict(before.get("frames"))
     frames = [f for f in (_frame(x) for x in _list(frames_in.get("list"))) if f is not None]
@@ -129,7 +129,7 @@ def _frame(x: object) -> BeforeFrame | None:
     )
 
 
-def _pair(counter: dict[str, Any], hit: str, miss: str) -> tuple[int, int] | None:
+def _pair(counter: dict[str, object], hit: str, miss: str) -> tuple[int, int] | None:
     if hit not in counter and miss not in counter:
         return None
     return _int(counter.get(hit)) or 0, _int(counter.get(miss)) or 0
@@ -139,11 +139,11 @@ def _hits_misses(pair: tuple[int, int] | None) -> dict[str, int] | None:
     return None if pair is None else {"hit": pair[0], "miss": pair[1]}
 
 
-def _dict(x: object) -> dict[str, Any]:
+def _dict(x: object) -> dict[str, object]:
     return x if isinstance(x, dict) else {}
 
 
-def _list(x: object) -> list[Any]:
+def _list(x: object) -> list[object]:
     return x if isinstance(x, list) else []
 
 
@@ -155,7 +155,7 @@ def _float(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def from_report(d: dict[str, Any]) -> JoinedBefore:
+def from_report(d: dict[str, object]) -> JoinedBefore:
     """Back from ``as_dict`` (a report's ``joined``), to say it in words."""
 
     def pair(x: object) -> tuple[int, int] | None:

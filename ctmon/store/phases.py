@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctmon.wire import events as E
+    from ctmon.wire import events_compile as EC
 
 SPANS_MAX = 20_000
 
@@ -32,7 +32,7 @@ class PhaseTimers:
         self.backward_open: dict[str, float] = {}  # compile id -> when its backward compile began
         self._open: dict[tuple[str, str], float] = {}
 
-    def on_phase(self, ev: E.CompilePhase) -> None:
+    def on_phase(self, ev: EC.CompilePhase) -> None:
         cid = str(ev.compile_id)
         key = (cid, ev.phase)
         if ev.ph == "B":

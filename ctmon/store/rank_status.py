@@ -25,7 +25,7 @@ from ctmon.store.compiles import display_name
 from ctmon.store.launcher_failures import rank_failures
 
 if TYPE_CHECKING:
-    from ctmon.store.ranks import RankState
+    from ctmon.store.rank_stores import RankState
     from ctmon.store.session import Session
 
 STALL_MIN_S = 3.0  # never call a rank stalled sooner than this

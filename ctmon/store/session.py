@@ -27,11 +27,12 @@ from ctmon.store.generation import GenerationState
 from ctmon.store.hotness import HotnessState
 from ctmon.store.joined import JoinedBefore
 from ctmon.store.output import OutputBuffer
-from ctmon.store.ranks import RankState, route
+from ctmon.store.rank_stores import RankState, route
 from ctmon.store.records import ExitInfo, LogEntry, Meta
-from ctmon.store.step_clock import StepClock
+from ctmon.store.step_sources import StepSources
 from ctmon.wire import events as E
 from ctmon.wire.decode import from_dict
+from ctmon.wire.event_base import Event, Ranked, Unknown
 
 LOG_MAX = 5000
 SAMPLES_MAX = 3600
@@ -41,7 +42,7 @@ CUT_OFF = "cut_off"  # the state of a recording that ends without the job's exit
 class Session:
     def __init__(self) -> None:
         self.meta = Meta()
-        self.steps = StepClock()
+        self.steps = StepSources()
         self.generation = GenerationState()
         self.compile = CompileState()
         self.cudagraphs = CudagraphState()  # reduce-overhead's warm-ups, recordings and replays
@@ -69,17 +70,17 @@ class Session:
         self.newer_protocol = False
         self.header_seen = False  # the first session header folded: a second one is a note
         self.rev: Counter[str] = Counter()
-        # a distributed job's ranks, each with its own store (ctmon/store/ranks.py)
+        # a distributed job's ranks, each with its own store (ctmon/store/rank_stores.py)
         self.ranks: dict[int, RankState] = {}
         self.primary_rank: int | None = None
         self.routes_ranks = True  # False in a rank's own store: it takes its events as they come
         # what the job's own process compiled before it knew it was a rank
-        # (ctmon/store/ranks.py: kept_until_ranked)
-        self.unranked: list[E.Ranked] | None = []
+        # (ctmon/store/rank_stores.py: kept_until_ranked)
+        self.unranked: list[Ranked] | None = []
 
     # ---- folding ----
 
-    def apply(self, ev: E.Event | E.Unknown | dict[str, Any]) -> None:
+    def apply(self, ev: Event | Unknown | dict[str, Any]) -> None:
         """Fold one event. A dict (built in memory: tests, tools) is validated
         first, like a line read off the wire."""
         self.events += 1
@@ -89,13 +90,13 @@ class Session:
                 return
             ev = typed
         rank = getattr(ev, "rank", None)
-        if rank is not None and self.routes_ranks and self._to_rank(cast(E.Ranked, ev), rank):
+        if rank is not None and self.routes_ranks and self._to_rank(cast(Ranked, ev), rank):
             return
         handler = HANDLERS.get(type(ev))  # type: ignore[arg-type]
         if handler is None:
             self.unknown[str(getattr(ev, "kind", None))[:40]] += 1
             return
-        t = cast(E.Event, ev).t
+        t = cast(Event, ev).t
         if t > 0:
             if self.first_t is None or t < self.first_t:
                 self.first_t = t
@@ -107,12 +108,12 @@ class Session:
             # typed, yet out of range (an int too large for a float, ...)
             self.bad_events += 1
 
-    def _to_rank(self, ev: E.Ranked, rank: int) -> bool:
-        """A rank's event to that rank's store (ctmon/store/ranks.py); True
+    def _to_rank(self, ev: Ranked, rank: int) -> bool:
+        """A rank's event to that rank's store (ctmon/store/rank_stores.py); True
         when the job's own session is to leave it there."""
         return route(self, ev, rank, _rank_store)
 
-    def _typed(self, obj: dict[str, Any]) -> E.Event | None:
+    def _typed(self, obj: dict[str, Any]) -> Event | None:
         kind = obj.get("kind")
         if not isinstance(kind, str) or kind not in E.KINDS:
             self.unknown[str(kind)[:40]] += 1
@@ -122,7 +123,7 @@ class Session:
             self.bad_events += 1
         return ev
 
-    def apply_all(self, events: Iterable[E.Event | E.Unknown | dict[str, Any]]) -> Session:
+    def apply_all(self, events: Iterable[Event | Unknown | dict[str, Any]]) -> Session:
         """Fold many events (ctmon/store/bulk_fold.py): the store ``apply``
         builds one by one, sooner."""
         return bulk_fold.apply_all(self, events)

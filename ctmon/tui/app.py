@@ -42,11 +42,11 @@ from textual.timer import Timer
 
 from ctmon.read.feeds import Feed, FileBatch, RecordingFeed
 from ctmon.store import ExitInfo, Session
+from ctmon.tui.compile_panes import Pane
 from ctmon.tui.context import ReplayInfo, ViewContext
 from ctmon.tui.ingest import Handoff
 from ctmon.tui.main_screen import MainScreen, TabStrip
 from ctmon.tui.panels import HeaderBar, KeyBar
-from ctmon.tui.panes import Pane
 from ctmon.tui.pump import INGEST_BUDGET_S, REFRESH_MIN_S, Pump
 from ctmon.tui.replay_control import ReplayControl
 from ctmon.tui.safe import CLEAN_EVENTS, clean, clean_event

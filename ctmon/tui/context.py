@@ -129,11 +129,11 @@ class StoreView:
     # breaks, events): they read ``ctx.view``, the rank chosen in a distributed job
     SCOPED = False
     ctx: ViewContext
-    _view_key: Any = None
+    _view_key: object = None
     updates: int = 0
     title_plain: str = ""
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         ctx = self.ctx
         s = ctx.view if self.SCOPED else ctx.session
         # the rank shown is in the key: a title names it as soon as the job turns out to have ranks

@@ -10,11 +10,11 @@ from rich.text import Text
 from ctmon.store import LogEntry, Session
 from ctmon.store.compiles import BreakSite, CompileRecord, Frame, split_reason
 from ctmon.tui import fmt
+from ctmon.tui.compile_panes import budget
 from ctmon.tui.context import ViewContext
 from ctmon.tui.doc import Doc
 from ctmon.tui.panels import localize
-from ctmon.tui.panes import budget
-from ctmon.wire.events import StackFrame
+from ctmon.wire.events_compile import StackFrame
 from ctmon.words.locations import is_library_path
 
 SOURCE_CONTEXT = 5

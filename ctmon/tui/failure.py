@@ -16,7 +16,6 @@ import re
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.text import Text
 
@@ -147,13 +146,13 @@ def failure_lines(f: Failure, rows: int, cwd: str | None) -> list[Text]:
         return int(h) + sum(1 + len(_code_lines(frames[i])) for i in k) + _gaps(sorted(k), n) + m
 
     # the wish list, in order: each step taken while it fits
-    wishes: list[tuple[str, Any]] = []
+    wishes: list[tuple[str, int]] = []  # (what, which frame or how many message rows)
     user = [i for i in range(n - 1, -1, -1) if not frames[i].library]
     if user:  # where in the user's own code, then where it was raised
         wishes.append(("frame", user[0]))
     if order:
         wishes.append(("frame", order[0]))
-    wishes += [("msg", 2), ("msg", 3), ("header", None)]
+    wishes += [("msg", 2), ("msg", 3), ("header", 0)]
     # (never more than the rows could hold: a recursion's traceback has thousands of frames)
     wishes += [("frame", i) for i in user[1:rows]]
     wishes += [("msg", m) for m in range(4, min(len(message), rows) + 1)]
@@ -233,8 +232,8 @@ class FailurePanel(Panel):
     """
 
     max_lines = 8
-    _failure: tuple[Any, Failure | None] = (None, None)
-    _lines: tuple[Any, list[Text]] = (None, [])
+    _failure: tuple[object, Failure | None] = (None, None)
+    _lines: tuple[object, list[Text]] = (None, [])
 
     def failure(self) -> Failure | None:
         """The traceback shown, or None: the job has not failed, or printed none."""
@@ -261,7 +260,7 @@ class FailurePanel(Panel):
     def wanted_lines(self) -> int:
         return len(self.shown_lines(self.max_lines))
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         return (*super().update_key(), self.max_lines)
 
     def update_view(self) -> None:

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from ctmon.wire.events import Event, Unknown
+from ctmon.wire.event_base import Event, Unknown
 
 Batch = list[Event | Unknown]
 

@@ -14,6 +14,7 @@ from textual.containers import Container, Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
 
+from ctmon.tui.compile_panes import BreaksPane, FramesPane, Pane
 from ctmon.tui.context import StoreView, ViewContext
 from ctmon.tui.details import (
     break_detail,
@@ -35,7 +36,6 @@ from ctmon.tui.panels import (
     ProcessPanel,
     StepsPanel,
 )
-from ctmon.tui.panes import BreaksPane, FramesPane, Pane
 from ctmon.tui.safe import ansi_text
 from ctmon.tui.screens import DetailScreen, FilterScreen, HelpScreen
 from ctmon.tui.stream_panes import KIND_LABEL, EventsPane, OutputPane
@@ -68,7 +68,7 @@ class TabStrip(Widget):
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self.current = PANES[0]
-        self._key: Any = None
+        self._key: tuple[str, tuple[str, ...], int] | None = None
 
     def _titles(self) -> dict[str, str]:
         screen = self.screen
@@ -295,7 +295,7 @@ class MainScreen(Screen[None]):
             self.notify("not a distributed job: no ranks have reported", timeout=2)
             return
 
-        def chosen(_: Any) -> None:
+        def chosen(_: None) -> None:
             for view in self.views():  # another rank: every pane that follows one redraws
                 view.maybe_update(force=True)
 
@@ -317,7 +317,7 @@ class MainScreen(Screen[None]):
         else:
             screen = FilterScreen(PANE_TITLES.get(pane.NAME, pane.NAME), pane.filter_text)
 
-        def done(result: Any) -> None:
+        def done(result: tuple[str, frozenset[str] | None] | None) -> None:
             if result is None:
                 return
             text, kinds = result

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ctmon.wire import events as E
 from ctmon.wire.decode import Fix
+from ctmon.wire.event_base import Event, Unknown
 from ctmon.words.textsafe import clean, clean_tree, dirty, plain_json, unsafe, unsafe_spans
 
 __all__ = ["CLEAN_EVENTS", "ansi_text", "clean", "clean_event", "safe_text"]
@@ -23,10 +24,10 @@ __all__ = ["CLEAN_EVENTS", "ansi_text", "clean", "clean_event", "safe_text"]
 # Kinds with no free text (numbers and fixed names only), and the job's
 # output, which its own view cleans line by line (it keeps colours and
 # carriage returns, which make progress bars).
-_NO_TEXT_KINDS = (E.Steps, E.DeviceTime, E.Drops, E.Output, E.Unknown)
+_NO_TEXT_KINDS = (E.Steps, E.DeviceTime, E.Drops, E.Output, Unknown)
 
 
-def clean_event(event: E.Event | E.Unknown) -> E.Event | E.Unknown:
+def clean_event(event: Event | Unknown) -> Event | Unknown:
     """``event`` with its strings cleaned; the same object when it is clean.
 
     For a viewer that folds events into a store and then builds styled text
@@ -48,7 +49,7 @@ def clean_event(event: E.Event | E.Unknown) -> E.Event | E.Unknown:
     raw = msgspec.to_builtins(event)
     if not dirty(raw):
         return event
-    cleaned: E.Event | E.Unknown = msgspec.convert(clean_tree(raw), kind)
+    cleaned: Event | Unknown = msgspec.convert(clean_tree(raw), kind)
     return cleaned
 
 

@@ -8,13 +8,16 @@ terminal; the terminal's echo shows it in the Output pane.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
+
+if TYPE_CHECKING:
+    from ctmon.tui.app import CtmonApp
 
 MAX_LINE = 3000  # the supervisor passes at most 4000 bytes of input at once
 
@@ -49,7 +52,7 @@ class StdinPrompt(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
-def open_stdin_prompt(app: Any) -> None:
+def open_stdin_prompt(app: CtmonApp) -> None:
     """Ask for a line and send it; only for a running job this viewer can reach."""
     if not app.ctx.job_running or not app.feed.live:
         app.notify("the job is not running: no stdin to type into", severity="warning", timeout=3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
 
 from rich.text import Text
 
@@ -11,9 +10,9 @@ from ctmon.store import LogEntry
 from ctmon.store.compiles import CompileRecord, Frame
 from ctmon.store.output import OutputLine
 from ctmon.tui import fmt
+from ctmon.tui.compile_panes import Pane, one_line, reason_text
 from ctmon.tui.context import ViewContext, job_label, put_title, rank_label
 from ctmon.tui.panels import localize
-from ctmon.tui.panes import Pane, one_line, reason_text
 from ctmon.tui.safe import ansi_text
 
 KIND_LABEL = {
@@ -52,8 +51,8 @@ class EventsPane(Pane):
         super().__init__(ctx, self._row, follow=True, empty="no events yet", id=id)
         self.kinds: frozenset[str] | None = None
         self.preset = 0
-        self._seen: tuple[Any, int] = (-1, -1)  # ((gen, rank), log revision) the list reflects
-        self._index_of: Any = None
+        self._seen: tuple[object, int] = (-1, -1)  # ((gen, rank), log revision) the list reflects
+        self._index_of: object = None
         self._index: dict[str, CompileRecord] = {}
         self._indexed = 0
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ctmon.read.feeds import Batch, Feed
 from ctmon.wire.decode import typed
-from ctmon.wire.events import Event, Unknown
+from ctmon.wire.event_base import Event, Unknown
 
 
 class QueueFeed(Feed):

@@ -25,14 +25,16 @@ from ctmon.read.recording import READ_CHUNK, StreamDecoder
 from ctmon.store import Session
 from ctmon.store.snapshots import restored, snapshot
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
 from ctmon.wire.decode import Fix
+from ctmon.wire.event_base import Event, Unknown
 
 CHECKPOINT_EVERY = 25_000
 
 #: Events that are worth stopping at when stepping with [ and ].
-MARK_KINDS = (E.Compile, E.GraphBreak, E.Exit, E.Cudagraph)
+MARK_KINDS = (EC.Compile, EC.GraphBreak, E.Exit, EC.Cudagraph)
 _MARKS = frozenset(MARK_KINDS)
-Decoded = E.Event | E.Unknown
+Decoded = Event | Unknown
 
 
 class Timeline:

@@ -24,7 +24,9 @@ from typing import Any
 
 import msgspec
 
-from ctmon.wire.events import KINDS, AnyEvent, Autotune, Event, Unknown
+from ctmon.wire.event_base import Event, Unknown
+from ctmon.wire.events import KINDS, AnyEvent
+from ctmon.wire.events_compile import Autotune
 from ctmon.wire.protocol import MAX_DEPTH, MAX_LINE_BYTES, too_deep
 from ctmon.words.textsafe import plain_json
 

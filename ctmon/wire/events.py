@@ -1,22 +1,10 @@
-"""Every event kind, typed: the one definition of what travels and is recorded.
+"""The event kinds of the run, its steps, messages and system samples, and
+``AnyEvent``: the tagged union of every kind that ctmon/wire/decode.py decodes.
 
-Each kind is a ``msgspec.Struct`` tagged by its ``kind`` field, so one C-speed
-decode both parses a line and checks it: a field of the wrong type makes the
-whole event invalid where the bytes enter the process (ctmon/wire/decode.py),
-and everything past that point reads attributes it can trust. docs/PROTOCOL.md
-says what each field means; this module says what type it has.
-
-Compatibility (protocol 1): unknown fields are ignored, a field a writer left
-out takes its default, and a kind this version does not know is skipped by the
-decoder, never an error. Defaults are immutable or copied per instance
-(msgspec copies ``[]`` and ``{}`` defaults), and ``omit_defaults`` keeps
-encoded lines as short as the dicts they replace.
-
-The agent inside the job does not import this module: msgspec would add
-~30 ms to every job's start-up (its hello is sent before user code runs), for
-events it sends a few dozen times per compile. It writes plain JSON with the
-standard library, and tests/test_wire_events.py decodes everything a real
-agent sends with these types, so the two cannot drift apart.
+The compile kinds are in ctmon/wire/events_compile.py; what every kind is
+built on, and the rules they keep (typing, compatibility, why the agent
+imports none of this), in ctmon/wire/event_base.py. docs/PROTOCOL.md says
+what each field means; these modules say what type it has.
 """
 
 from __future__ import annotations
@@ -26,33 +14,21 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-#: A float that is a number: JSON has no NaN or infinity, and an event built
-#: in memory must not smuggle one in (a report is strict JSON; sums stay finite).
-Finite = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
-#: Nanoseconds between two step boundaries: never negative, and below ~146
-#: years (checked here, at C speed, instead of for each of 10M boundaries a day).
-Nanos = Annotated[int, msgspec.Meta(ge=0, lt=1 << 62)]
-
-
-class Event(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=True, gc=False):
-    """Fields every event has. ``t``: when it happened (Unix seconds).
-
-    Encoded, an event leaves out fields at their defaults (most are "not
-    known"); the kinds the supervisor writes by the thousand, and whose every
-    field docs/PROTOCOL.md promises, write all of theirs
-    (``omit_defaults=False``)."""
-
-    t: Finite = 0.0
-
-
-class Ranked(Event):
-    """Kinds a process of the job sends (and its step batches): ``rank`` says
-    which rank of a distributed job, null outside one. A rank's agent stamps
-    every event it sends; PyTorch's own trace records carry it too once the
-    process group is up."""
-
-    rank: int | None = None
-
+from ctmon.wire.event_base import Event, Finite, Nanos, Ranked, Unknown
+from ctmon.wire.events_compile import (
+    Autotune,
+    BwdCompile,
+    CacheResult,
+    Compile,
+    CompileCall,
+    CompilePhase,
+    CompileStart,
+    Cudagraph,
+    CudagraphTree,
+    GraphBreak,
+    RecompileReasons,
+    Specialization,
+)
 
 # ------------------------------------------------------------------ the run
 
@@ -136,194 +112,6 @@ class Exit(Event, tag="exit", omit_defaults=False):
     signal: str | None = None
 
 
-# -------------------------------------------------------------- compiling
-
-
-class StackFrame(msgspec.Struct, omit_defaults=True, gc=False):
-    file: str | None = None
-    line: int | None = None
-    name: str | None = None
-    code: str | None = None
-
-
-class CompileCall(Ranked, tag="compile_call"):
-    """The job called ``torch.compile``: on what, from where, how."""
-
-    target: str | None = None  # the model's class or the function's name
-    target_module: str | None = None  # where that class or function is defined
-    file: str | None = None  # the call of torch.compile
-    line: int | None = None
-    backend: str | None = None
-    mode: str | None = None
-    dynamic: bool | None = None
-    fullgraph: bool | None = None
-    dynamo_disabled: bool | None = None  # torch._dynamo.config.disable (TORCHDYNAMO_DISABLE=1)
-    called_from: StackFrame | None = None  # called by a library: the user's own line that led there
-    wraps: str | None = None  # a PyTorch wrapper (DDP, FSDP, a compiled module): the class of the module it runs
-    wraps_module: str | None = None  # where that class is defined
-    # the code a call of the compiled object runs first, and the names its
-    # caller's arguments take there (``self`` left out)
-    params: list[str] = []
-    code_file: str | None = None
-    code_line: int | None = None
-    code_name: str | None = None
-    bases: list[str] = []  # the library classes a compiled module derives from, nearest first
-    via: list[str] = []  # a library's call: its functions on the way, innermost first ("transformers:Trainer.train")
-
-
-class CompileStart(Ranked, tag="compile_start"):
-    """Dynamo starts compiling a frame (PyTorch's ``dynamo_start``)."""
-
-    compile_id: str | None = None
-    frame_id: int | None = None
-    name: str | None = None
-    file: str | None = None
-    line: int | None = None
-    user_code: bool = True
-    user: StackFrame | None = None
-    called_from: StackFrame | None = None  # the user's own line into a library's frame
-    caller: StackFrame | None = None  # the innermost line of the user's own code that called the compiled frame
-    module: str | None = None
-    module_file: str | None = None
-    module_line: int | None = None
-    module_user: bool | None = None
-    recompile_limit: int | None = None
-    # Dynamo settings in force for this compile, {key: scalar} (the agent's
-    # read_config_in_force). A list of strings is accepted too, for a writer
-    # that sends a set-valued setting, and nothing nests: readers keep scalars.
-    dynamo_config: dict[str, Union[bool, int, Finite, str, list[str], None]] = {}
-
-
-class Compile(Ranked, tag="compile"):
-    """A frame compile attempt finished (PyTorch's ``compilation_metrics``)."""
-
-    compile_id: str | None = None
-    frame_id: int | None = None
-    co_name: str | None = None
-    co_filename: str | None = None
-    co_firstlineno: int | None = None
-    cache_size: int | None = None
-    accumulated_cache_size: int | None = None
-    guard_count: int | None = None
-    shape_env_guard_count: int | None = None
-    graph_op_count: int | None = None
-    graph_node_count: int | None = None
-    graph_input_count: int | None = None
-    entire_frame_compile_time_s: Finite | None = None
-    backend_compile_time_s: Finite | None = None
-    inductor_compile_time_s: Finite | None = None
-    code_gen_time_s: Finite | None = None
-    dynamo_time_before_restart_s: Finite | None = None
-    fail_type: str | None = None
-    fail_reason: str | None = None
-    fail_user_frame_filename: str | None = None
-    fail_user_frame_lineno: int | None = None
-    recompile_reason: str | None = None
-    restart_reasons: list[str] = []
-    non_compliant_ops: list[str] = []
-    compliant_custom_ops: list[str] = []
-    has_guarded_code: bool | None = None
-    cudagraph_skip_reason: str | None = None
-    inductor_fx_local_cache_hit_count: int | None = None
-    inductor_fx_local_cache_miss_count: int | None = None
-    inductor_fx_remote_cache_hit_count: int | None = None
-    inductor_fx_remote_cache_miss_count: int | None = None
-    aotautograd_local_cache_hit_count: int | None = None
-    aotautograd_local_cache_miss_count: int | None = None
-    remote_cache_time_saved_s: Finite | None = None
-    structured_logging_overhead_s: Finite | None = None
-    triton_compile_time_us: Finite | None = None
-    start_time: Finite | None = None
-    is_forward: bool | None = None
-    param_count: int | None = None
-    param_numel: int | None = None
-    guard_latency_us: Finite | None = None
-    recompile_limit: int | None = None
-
-
-class BwdCompile(Ranked, tag="bwd_compile"):
-    compile_id: str | None = None
-    frame_id: int | None = None
-    duration_us: Finite | None = None
-    inductor_compile_time_s: Finite | None = None
-    code_gen_time_s: Finite | None = None
-    fail_type: str | None = None
-    fail_reason: str | None = None
-    cudagraph_skip_reason: str | None = None
-    inductor_fx_local_cache_hit_count: int | None = None
-    inductor_fx_local_cache_miss_count: int | None = None
-    structured_logging_overhead_s: Finite | None = None
-    start_time: Finite | None = None
-
-
-class RecompileReasons(Ranked, tag="recompile_reasons"):
-    compile_id: str | None = None
-    frame_id: int | None = None
-    # PyTorch gives one reason per cached version; sent: the kinds of them
-    # (ctmon/wire/guard_reasons.py); in an older recording, every one
-    reasons: list[str] = []
-    counts: list[Annotated[int, msgspec.Meta(ge=0)]] = []  # PyTorch's reasons each of `reasons` stands for
-    total: Annotated[int, msgspec.Meta(ge=0)] | None = None  # PyTorch's count; None: `reasons` is the whole list
-
-
-class GraphBreak(Ranked, tag="graph_break"):
-    compile_id: str | None = None
-    frame_id: int | None = None
-    file: str | None = None
-    line: int | None = None
-    summary: str | None = None
-    reason: str | None = None
-    explanation: str | None = None
-    hints: list[str] = []
-    user_stack: list[StackFrame] = []
-    called_from: StackFrame | None = None  # the user's own line into a library's break
-    url: str | None = None
-    gb_id: str | None = None
-
-
-class CacheResult(Ranked, tag="cache"):
-    compile_id: str | None = None
-    frame_id: int | None = None
-    cache: str | None = None  # fx_graph | aot_autograd
-    result: str | None = None  # hit | miss | bypass
-    key: str | None = None
-    detail: str | None = None
-    reason: str | None = None
-    time_saved_s: Finite | None = None
-
-
-class Autotune(Ranked, tag="autotune"):
-    compile_id: str | None = None
-    frame_id: int | None = None
-    # PyTorch's per-kernel dict, as it reports it (keys vary by version)
-    kernels: list[dict[str, Any]] = []
-
-
-class Cudagraph(Ranked, tag="cudagraph"):
-    event: str | None = None
-    reason: str | None = None
-    message: str | None = None
-
-
-class CudagraphTree(Ranked, tag="cudagraph_tree"):
-    """mode="reduce-overhead": a graph's warm-up or recording by PyTorch's
-    CUDA-graph trees, or the trees' cumulative counts (ctmon/agent/cudagraphs.py)."""
-
-    event: str | None = None  # "warmup", "record" or "counts"
-    compile_id: str | None = None  # the compile whose graph it is
-    graph: str | None = None  # "forward", "backward" or "inference"
-    function_id: int | None = None  # PyTorch's id of the function (one per graph and dynamic-size key)
-    graph_id: int | None = None  # PyTorch's id of the recorded graph
-    device: int | None = None
-    dur_s: Finite | None = None  # host time of the warm-up or recording
-    shapes: list[list[int]] = []  # the sizes of the inputs that are not static (first 8)
-    ints: list[int] = []  # the int inputs (a dynamic graph's sizes, first 8)
-    replays: int | None = None  # counts: cumulative
-    eager: int | None = None
-    warmups: int | None = None
-    recordings: int | None = None
-
-
 # ------------------------------------------------------------------- steps
 
 
@@ -382,16 +170,6 @@ class Generation(Ranked, tag="generation"):
     code: str | None = None
 
 
-class CompilePhase(Ranked, tag="compile_phase"):
-    """A phase of a compile began (``ph`` "B") or ended ("E"), at ``t``,
-    PyTorch's own timestamp of it (ctmon/agent/phases.py names the phases)."""
-
-    compile_id: str | None = None
-    frame_id: int | None = None
-    phase: str = ""
-    ph: str = ""
-
-
 class Hotness(Ranked, tag="hotness"):
     """Samples of the main thread since the last such event (ctmon/agent/hotness.py):
     ``counts`` by where it was (graph, glue, other, compiling); ``frames``:
@@ -405,22 +183,6 @@ class Hotness(Ranked, tag="hotness"):
     interval_s: Finite | None = None
     graphs: list[tuple[str, int, str, int, int]] | None = None
     span_ns: int = 0
-
-
-class Specialization(Ranked, tag="specialization"):
-    """A symbolic size Dynamo specialised to one value (PyTorch's
-    ``symbolic_shape_specialization``): ``sources`` name the inputs it came
-    from, ``file``:``line`` the user's code that forced it."""
-
-    compile_id: str | None = None
-    frame_id: int | None = None
-    symbol: str | None = None
-    sources: list[str] = []
-    value: str | None = None
-    reason: str | None = None
-    file: str | None = None
-    line: int | None = None
-    code: str | None = None
 
 
 class LibraryLog(Ranked, tag="library_log"):
@@ -570,14 +332,6 @@ class Refusal(Event, tag="error", omit_defaults=False):
     message on the connection, never written to a recording."""
 
     message: str = ""
-
-
-class Unknown(msgspec.Struct, gc=False):
-    """A line of a kind this version does not know (a newer writer's): not an
-    event to fold, but the store counts them by kind."""
-
-    kind: str
-    t: Finite = 0.0
 
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs the Union object for a tagged decode

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import islice
-from typing import Any
 
 from rich.text import Text
 
@@ -80,7 +79,7 @@ class AlertsPanel(Panel):
 
     max_lines: int | None = None  # the strip's cap (small screens); None: as many as the panel holds
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         # the findings shown (recomputed at most every FINDINGS_EVERY_S) decide
         found = current_findings(self.ctx)
         return (*super().update_key(), tuple(f.id for f in found), self.max_lines, bool(self.ctx.session.ranks))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -26,7 +26,7 @@ class Panel(StoreView, Widget):
         self.ctx = ctx
 
     _strips: list[Strip] | None = None
-    _strips_size: Any = None
+    _strips_size: Size | None = None
 
     def update_view(self) -> None:
         self.set_title()

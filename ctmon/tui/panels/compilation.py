@@ -3,13 +3,12 @@
 Whose totals: one process's, or in a distributed job's own view every
 rank's, summed as the report and the end-of-run summary sum them (the job's
 session, which holds the primary rank and the launcher, plus every other
-rank: ctmon/report/ranks.py), with each rank's counts on a line of their own.
+rank: ctmon/report/rank_sections.py), with each rank's counts on a line of their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from rich.text import Text
 
@@ -67,7 +66,7 @@ def totals_of(c: CompileState) -> Totals:
 
 def job_totals(s: Session) -> Totals:
     """The job's totals: its session's (the primary rank and processes that
-    are no rank) plus every other rank's, the rule of ctmon/report/ranks.py."""
+    are no rank) plus every other rank's, the rule of ctmon/report/rank_sections.py."""
     total = totals_of(s.compile)
     for r, rs in sorted(s.ranks.items()):
         if r != s.primary_rank:
@@ -84,7 +83,7 @@ class CompilePanel(Panel):
     SCOPED = True
     SECTIONS = ("compile", "log")
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         ctx = self.ctx
         active = ctx.view.compile.active
         el = int(ctx.elapsed() or 0) if active and ctx.job_running else None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from rich.text import Text
 
@@ -64,7 +63,7 @@ class HeaderBar(Panel):
     HeaderBar { height: 2; background: $panel; padding: 0 1; }
     """
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         ctx = self.ctx
         el = ctx.elapsed()
         r = ctx.replay

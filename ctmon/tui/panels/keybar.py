@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -19,7 +18,7 @@ class KeyBar(Widget):
     def __init__(self, ctx: ViewContext, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ctx = ctx
-        self._key: Any = None
+        self._key: tuple[tuple[str, str], ...] | None = None
 
     def maybe_update(self) -> None:
         key = tuple(self.keys())

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
 
 from rich.text import Text
 
 from ctmon.store import Session
 from ctmon.store.compiles import CompileRecord
 from ctmon.store.generation import GenerationStats
+from ctmon.store.step_stats import StepStats
+from ctmon.store.steps import StepSeries
 from ctmon.tui import fmt
 from ctmon.tui.context import put_title, rank_label
 from ctmon.tui.panels.base import Panel
@@ -23,17 +24,16 @@ class StepsPanel(Panel):
     SCOPED = True
     SECTIONS = ("steps", "compile")
 
-    _stats: tuple[Any, Any] = (None, None)
+    _stats: tuple[object, StepStats] = (None, StepStats(count=0))
 
-    def update_key(self) -> Any:
+    def update_key(self) -> tuple[object, ...]:
         return (*super().update_key(), self.ctx.session.exit is not None)  # its empty state names the exit
 
-    def stats(self) -> Any:
-        """The window's statistics, computed once per change of the steps."""
-        series = self.ctx.view.steps.current
-        key = (id(series), len(series) if series is not None else 0, series.device_windows if series is not None else 0)
+    def stats(self, series: StepSeries) -> StepStats:
+        """The window's statistics of ``series`` (the view's current), computed once per change of the steps."""
+        key = (id(series), len(series), series.device_windows)
         if self._stats[0] != key:
-            self._stats = (key, series.stats(window=STATS_WINDOW) if series is not None else None)
+            self._stats = (key, series.stats(window=STATS_WINDOW))
         return self._stats[1]
 
     def set_title(self) -> None:
@@ -42,7 +42,7 @@ class StepsPanel(Panel):
         if series is None or not len(series):
             put_title(self, f"Steps{rank_label(self.ctx)}")
             return
-        st = self.stats()
+        st = self.stats(series)
         rate = f" · {st.steps_per_s:.1f}/s" if st.steps_per_s else ""
         # the job's own step numbers, where they are not ctmon's count from 1 (a resumed run's)
         last = series.last_number()
@@ -102,7 +102,7 @@ class StepsPanel(Panel):
         )
         out.append(marks.rstrip() or " ", style="bold magenta")
         out.append("\n")
-        st = self.stats()
+        st = self.stats(series)
         full = f"last {fmt.ms(st.last_ms)}  p50 {fmt.ms(st.p50_ms)}  p90 {fmt.ms(st.p90_ms)}  max {fmt.ms(st.max_ms)}"
         if len(full) > w:
             full = f"last {fmt.num_ms(st.last_ms)} p50 {fmt.num_ms(st.p50_ms)} p90 {fmt.num_ms(st.p90_ms)} max {fmt.num_ms(st.max_ms)} ms"

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctmon.wire import events as E
+from ctmon.wire import events_compile as EC
+from ctmon.wire.event_base import Ranked
 
 if TYPE_CHECKING:
     from ctmon.store.session import Session
@@ -75,17 +77,17 @@ def is_primary(ev: E.Process) -> bool:
 
 # what a process that becomes a rank late compiled before: its rank's too
 KEPT_UNTIL_RANKED = (
-    E.CompileCall,
-    E.CompileStart,
-    E.Compile,
-    E.BwdCompile,
-    E.CompilePhase,
+    EC.CompileCall,
+    EC.CompileStart,
+    EC.Compile,
+    EC.BwdCompile,
+    EC.CompilePhase,
     E.Hotness,
-    E.RecompileReasons,
-    E.GraphBreak,
-    E.CacheResult,
-    E.Autotune,
-    E.Cudagraph,
+    EC.RecompileReasons,
+    EC.GraphBreak,
+    EC.CacheResult,
+    EC.Autotune,
+    EC.Cudagraph,
     E.LibraryLog,
 )
 KEPT_MAX = 20_000  # a long job that never becomes a rank stops keeping
@@ -96,7 +98,7 @@ def keeping(handler: Callable[[Session, Any], None]) -> Callable[[Session, Any],
     store until a rank is declared (a rank's own store keeps none: its
     ``unranked`` is None)."""
 
-    def keep_then_fold(s: Session, ev: E.Ranked) -> None:
+    def keep_then_fold(s: Session, ev: Ranked) -> None:
         kept = s.unranked
         if kept is not None and ev.rank is None:
             if len(kept) < KEPT_MAX:
@@ -122,10 +124,10 @@ def _adopt(s: Session, rs: RankState, ev: E.Process) -> None:
 
 
 # another rank's compile is news a viewer shows at once; its steps are not
-_COMPILE_KINDS = (E.CompileStart, E.Compile, E.GraphBreak, E.RecompileReasons, E.CacheResult)
+_COMPILE_KINDS = (EC.CompileStart, EC.Compile, EC.GraphBreak, EC.RecompileReasons, EC.CacheResult)
 
 
-def route(s: Session, ev: E.Ranked, rank: int, new_store: Callable[[], Session]) -> bool:
+def route(s: Session, ev: Ranked, rank: int, new_store: Callable[[], Session]) -> bool:
     """Fold a rank's event into that rank's store; True when the job's own
     session ``s`` is to leave it there (it is not the primary rank's)."""
     if type(ev) is E.Process:

@@ -1,4 +1,4 @@
-"""The session's step clock: every step source's series, and which one is
+"""The session's step sources: every step source's series, and which one is
 'the' steps (the highest-ranked source seen; lower ones are kept only until
 a higher one appears)."""
 
@@ -25,7 +25,7 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-class StepClock:
+class StepSources:
     """All step series of a session; the best-ranked one is 'the' steps."""
 
     def __init__(self) -> None:
@@ -62,7 +62,7 @@ class StepClock:
         if ev.src not in protocol.STEP_RANK or (
             cur is not None and protocol.STEP_RANK[ev.src] < protocol.STEP_RANK.get(cur.source, -1)
         ):
-            return False  # a source the clock has left behind
+            return False  # a source a higher-ranked one has replaced
         kept = self._numbers.setdefault(ev.src, [])
         if len(kept) < MAX_NUMBERS:
             kept.append((ev.i, ev.n))
@@ -71,7 +71,7 @@ class StepClock:
     def on_steps(self, ev: E.Steps) -> bool:
         src = ev.src
         cur = self.current
-        if cur is not None and src == cur.source and ev.i0 >= 0:  # the common case: the clock's next batch
+        if cur is not None and src == cur.source and ev.i0 >= 0:  # the common case: the current source's next batch
             cur.add_batch(ev.i0, ev.t, ev.ns, True)
             return True
         rank = protocol.STEP_RANK.get(src)
@@ -85,7 +85,7 @@ class StepClock:
 
     def on_steps_run(self, run: list[E.Steps]) -> int:
         """Several ``steps`` events in a row; how many were taken. Stretches
-        of the clock's own batches go in together, anything else one by one."""
+        of the current source's own batches go in together, anything else one by one."""
         taken = 0
         i, n = 0, len(run)
         while i < n:

@@ -1,6 +1,6 @@
 """A distributed job in the report: one object per rank, and job totals.
 
-The job's session shows one rank in full (ctmon/store/ranks.py); its
+The job's session shows one rank in full (ctmon/store/rank_stores.py); its
 ``compile`` and ``cache`` counts are made job-wide here: the sum over every
 rank's own store, plus what processes that are no rank (the launcher) did.
 """

@@ -8,7 +8,7 @@ others sit in the next collective; one whose graph differs may issue other
 collectives and never meet them; one that misses a compile cache the others
 hit compiles for minutes alone. NCCL's watchdog then kills the job (10
 minutes by default) with a timeout that names no cause. Each rank's store
-(ctmon/store/ranks.py) is compared frame by frame, and the caches rank by
+(ctmon/store/rank_stores.py) is compared frame by frame, and the caches rank by
 rank.
 """
 
@@ -28,9 +28,9 @@ from ctmon.words.phrases import cut
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame
-    from ctmon.store.ranks import RankState
+    from ctmon.store.rank_stores import RankState
     from ctmon.store.session import Session
-    from ctmon.wire.events import CompileStart
+    from ctmon.wire.events_compile import CompileStart
 
 FrameKey = tuple[str | None, int | None, str | None]
 
@@ -377,7 +377,7 @@ RULES = (rule_compile_divergence, rule_cache_divergence, rule_rank_failed)
 
 # Rules whose figures are the whole job's (the ranks compared, the launcher's
 # exit, the machine's GPUs); every other rule reads the job's own store,
-# which holds one rank in full (ctmon/store/ranks.py): the primary.
+# which holds one rank in full (ctmon/store/rank_stores.py): the primary.
 JOB_WIDE = ("rank-divergence", "rank-failed", "job-failed", "no-process-reported", "gpu-idle")
 
 
