@@ -27,6 +27,7 @@ from test_findings import Recorded, record_all
 
 from ctmon.findings import guard_advice as A
 from ctmon.findings import guards as G
+from ctmon.findings.shape_advice import kv_cache_fix
 
 KINDS = os.path.join(WORKLOADS, "advice", "guard_kinds.py")
 PAGE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
@@ -132,6 +133,6 @@ def test_kinds_no_test_applies_say_what_is_known(reason: str) -> None:
 def test_a_kv_cache_length_says_what_is_known() -> None:
     """Sizing transformers' cache once is a GPU fix (compiled generate() with
     a static cache): ctmon links the pages rather than claim it."""
-    text = A.kv_cache_fix(2)
+    text = kv_cache_fix(2)
     assert "huggingface.co/docs/transformers/en/kv_cache" in text and PAGE in text
     assert "StaticCache(" not in text and "pad_to_multiple_of" not in text

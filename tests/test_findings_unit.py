@@ -1768,7 +1768,7 @@ def test_batch_dim_advice_names_buckets_and_the_batch_of_one():
 
 
 def test_a_shape_fix_names_the_users_own_expression():
-    from ctmon.findings.guard_advice import name_users_tensor, user_expression
+    from ctmon.findings.guard_names import name_users_tensor, user_expression
 
     line = "out = cmodel(pixel_values=images[:, :3], labels=labels)  # BATCH-CALL"
     assert user_expression("kwargs['pixel_values']", line) == "images[:, :3]"
@@ -1817,3 +1817,30 @@ def test_a_range_guard_reads_the_size_it_refused_and_transformers_config_gets_it
     r2 = Run().steps(1).compile(0, "wrapper").compile(0, "wrapper", reason=older).steps(2)
     cfg2 = next(f for f in r2.findings() if f.rule == "guard-recompiles")
     assert 'model.config.problem_type = "single_label_classification"' in cfg2.fix
+
+
+# ------------------------------------------- the hook that did not start in the job
+
+
+HOOK_LINE = "ctmon: hook disabled (ModuleNotFoundError: No module named 'ctmon.agent.boot')"
+
+
+def _unreported(*stderr: str) -> Run:
+    r = Run()
+    r.events[0]["mode"] = "record"
+    for text in stderr:
+        r.stderr(text)
+    return r.exits(0)
+
+
+def test_a_hook_that_did_not_start_is_named_by_the_jobs_own_line() -> None:
+    f = only(_unreported(HOOK_LINE + "\n", "ok\n").findings(), "no-process-reported")
+    assert f.title == "ctmon's hook did not start in the job: nothing it compiled could be seen"
+    assert HOOK_LINE in f.detail and HOOK_LINE in f.fix and HOOK_LINE in " ".join(f.evidence)
+    assert "python -I" not in f.detail + f.fix  # not blamed on an isolated Python
+    assert not f.fixes
+
+
+def test_no_process_and_no_hook_line_is_still_told_as_a_python_ctmon_could_not_reach() -> None:
+    f = only(_unreported("ok\n").findings(), "no-process-reported")
+    assert "python -I" in f.detail and "hook did not start" not in f.title

@@ -39,7 +39,7 @@ from ctmon.findings import (
     recompiles,
     silent,
 )
-from ctmon.findings.guard_advice import name_users_tensor
+from ctmon.findings.guard_names import name_users_tensor
 from ctmon.findings.model import SEVERITIES, Finding, order
 from ctmon.wire.events_compile import StackFrame
 

@@ -24,40 +24,18 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ctmon.findings.break_words import (
-    AUTOGRAD as AUTOGRAD,
-)
-from ctmon.findings.break_words import (
-    BRANCH as BRANCH,
-)
-from ctmon.findings.break_words import (
-    CALL as CALL,
-)
-from ctmon.findings.break_words import (
-    DYN_SHAPE as DYN_SHAPE,
-)
-from ctmon.findings.break_words import (
-    EXPLICIT as EXPLICIT,
-)
-from ctmon.findings.break_words import (
-    FIXES as FIXES,
-)
-from ctmon.findings.break_words import (
-    LOGGING as LOGGING,
-)
-from ctmon.findings.break_words import (
-    NUMPY as NUMPY,
-)
-from ctmon.findings.break_words import (
-    OTHER as OTHER,
-)
-from ctmon.findings.break_words import (
-    SCALAR_OUT as SCALAR_OUT,
-)
-from ctmon.findings.break_words import (
-    TITLES as TITLES,
-)
-from ctmon.findings.break_words import (
-    TORCH_FOR_NUMPY as TORCH_FOR_NUMPY,
+    AUTOGRAD,
+    BRANCH,
+    CALL,
+    DYN_SHAPE,
+    EXPLICIT,
+    FIXES,
+    LOGGING,
+    NUMPY,
+    OTHER,
+    SCALAR_OUT,
+    TITLES,
+    TORCH_FOR_NUMPY,
 )
 from ctmon.findings.guards import strip_comment
 from ctmon.findings.library_breaks import ByDesign, by_design, library_fix, library_says_fix
@@ -73,7 +51,7 @@ from ctmon.findings.pytorch_hints import (
     setting_fixes,
     suggest,
 )
-from ctmon.findings.silent import covered_by_empty_graphs
+from ctmon.findings.ran_eager import covered_by_empty_graphs
 from ctmon.wire import events as E
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ctmon.findings.model import RANK_RECOMPILES, Finding
 from ctmon.findings.pages import TROUBLESHOOTING_PAGE
-from ctmon.findings.recompiles import first_line
+from ctmon.findings.recompile_limits import first_line
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import CompileRecord, Frame

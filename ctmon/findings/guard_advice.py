@@ -10,22 +10,17 @@ from typing import TYPE_CHECKING
 from ctmon.findings import guards as G
 from ctmon.findings import levers as L
 from ctmon.findings.causes import Group
-from ctmon.findings.guard_names import Named as Named
-from ctmon.findings.guard_names import capitalised, tensor_names
-from ctmon.findings.guard_names import name_users_tensor as name_users_tensor
-from ctmon.findings.guard_names import plain_name as plain_name
-from ctmon.findings.guard_names import reachable as reachable
-from ctmon.findings.guard_names import user_expression as user_expression
+from ctmon.findings.guard_names import (
+    capitalised,
+    tensor_names,
+)
 from ctmon.findings.model import Fix, code_fix, compile_arg_fix
 from ctmon.findings.pages import TROUBLESHOOTING_PAGE
 from ctmon.findings.pytorch_hints import CAPTURE_SCALARS, Setting, already_set, is_on, setting_fixes, suggest
-from ctmon.findings.shape_advice import KV_CACHE as KV_CACHE
-from ctmon.findings.shape_advice import batch_advice as batch_advice
-from ctmon.findings.shape_advice import dynamic_true as dynamic_true
-from ctmon.findings.shape_advice import kv_cache_fix as kv_cache_fix
-from ctmon.findings.shape_advice import library_loop_fix as library_loop_fix
-from ctmon.findings.shape_advice import shape_fix, shape_fixes
-from ctmon.findings.shape_advice import tied_inputs as tied_inputs
+from ctmon.findings.shape_advice import (
+    shape_fix,
+    shape_fixes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from ctmon.findings import cudagraphs as CG
 from ctmon.findings import guards as G
-from ctmon.findings.guard_advice import KV_CACHE, kv_cache_fix, reachable
+from ctmon.findings.guard_names import reachable
 from ctmon.findings.model import RANK_COST, RANK_GPU, RANK_LATE, RANK_SPIKES, Finding
 from ctmon.findings.pages import CACHING_PAGE, REGIONAL_PAGE, TUNING_PAGE
-from ctmon.findings.silent import all_empty
+from ctmon.findings.ran_eager import all_empty
+from ctmon.findings.shape_advice import KV_CACHE, kv_cache_fix
 from ctmon.findings.spike_causes import prompt_steps, prompts_finding, waited_for_ranks
 from ctmon.store.records import TRACE_MODE
 from ctmon.words.phrases import cut

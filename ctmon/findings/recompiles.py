@@ -17,21 +17,21 @@ from ctmon.findings import breaks as B
 from ctmon.findings import causes as C
 from ctmon.findings import guards as G
 from ctmon.findings import levers as L
-from ctmon.findings.guard_advice import (
-    fix_for,
-    fixes_for,
-    reachable,
-)
+from ctmon.findings.guard_advice import fix_for, fixes_for
 from ctmon.findings.guard_advice import tensor_names as _tensor
 from ctmon.findings.guard_advice import values_taken as _values
+from ctmon.findings.guard_names import reachable
 from ctmon.findings.guards import strip_comment
 from ctmon.findings.loop_bounds import loop_bound_finding
 from ctmon.findings.model import RANK_RECOMPILES, Finding, Fix, code_fix
-from ctmon.findings.recompile_limits import LIMIT_WARN_FRACTION as LIMIT_WARN_FRACTION
-from ctmon.findings.recompile_limits import Group as Group
-from ctmon.findings.recompile_limits import _budget, _severity, rule_limit_approaching, rule_recompile_limit
-from ctmon.findings.recompile_limits import _ev as _ev
-from ctmon.findings.recompile_limits import first_line as first_line
+from ctmon.findings.recompile_limits import (
+    Group,
+    _budget,
+    _ev,
+    _severity,
+    rule_limit_approaching,
+    rule_recompile_limit,
+)
 
 if TYPE_CHECKING:
     from ctmon.store.compiles import BreakSite, Frame

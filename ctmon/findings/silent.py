@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 
 from ctmon.findings.model import RANK_LIMIT, RANK_RECOMPILES, Finding
 from ctmon.findings.pages import TROUBLESHOOTING_PAGE
-from ctmon.findings.ran_eager import all_empty as all_empty
-from ctmon.findings.ran_eager import covered_by_empty_graphs as covered_by_empty_graphs
-from ctmon.findings.ran_eager import is_library, rule_empty_graphs, rule_never_compiled
+from ctmon.findings.ran_eager import (
+    is_library,
+    rule_empty_graphs,
+    rule_never_compiled,
+)
 from ctmon.words.phrases import cut
 from ctmon.words.signal_notes import PASSED_ON
 
@@ -261,6 +263,9 @@ def rule_no_process_reported(s: Session) -> list[Finding]:
     if s.exit is None or s.meta.mode not in ("record", "attach") or s.processes or s.ranks:
         return []
     cmd = " ".join(s.meta.command)[:200] or "the job"
+    said = _hook_said(s)
+    if said is not None:
+        return [_hook_did_not_start(cmd, said, s)]
     return [
         Finding(
             id="no-process-reported",
@@ -280,6 +285,38 @@ def rule_no_process_reported(s: Session) -> list[Finding]:
             rank=50,
         )
     ]
+
+
+# What ctmon's hook writes on the job's stderr when it cannot start in a
+# process (ctmon/agent/boot.py, agent/site/sitecustomize.py).
+_HOOK_LINES = ("ctmon: hook disabled (", "ctmon: could not reach the monitor")
+
+
+def _hook_said(s: Session) -> str | None:
+    """The first line the hook wrote in the job's output saying it did not start
+    (among the lines the store keeps: the output's last MAX_LINES)."""
+    for line in s.output.lines:
+        if line.text.startswith(_HOOK_LINES):
+            return line.text[:300]
+    return None
+
+
+def _hook_did_not_start(cmd: str, said: str, s: Session) -> Finding:
+    """No process reported, and the job's own output says why: the hook did not start."""
+    assert s.exit is not None
+    return Finding(
+        id="no-process-reported",
+        rule="no-process-reported",
+        severity="warning",
+        title="ctmon's hook did not start in the job: nothing it compiled could be seen",
+        detail=(
+            f"ctmon ran `{cmd}`, and its Python process said why the hook did not start: `{said}`. "
+            "The job ran on without it, as it would without ctmon."
+        ),
+        evidence=[f"command: {cmd}", f"the job's output: {said}", f"exit: {s.exit.status}"],
+        fix=f"The cause is the one the job's own line names: {said}",
+        rank=50,
+    )
 
 
 RULES = (rule_job_failed, rule_empty_graphs, rule_never_compiled, rule_no_process_reported)
