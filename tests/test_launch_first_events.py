@@ -26,6 +26,7 @@ if sys.argv[1] == "os_exit":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["return", "os_exit"])
 def test_a_job_that_compiles_once_and_exits_at_once_is_recorded_whole(tmp_path, ending):
     script = tmp_path / "once.py"
