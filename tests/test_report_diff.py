@@ -24,6 +24,7 @@ from ctmon.read.load import load
 from ctmon.report.build import build_report
 from ctmon.report.diff import COMPILE_MIN_S, compare, run_summary, same_job, script_of
 from ctmon.report.diff_render import render_markdown, render_text
+from ctmon.store import Session
 
 JOB = workload("diff_job.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "recordings")
@@ -181,6 +182,33 @@ def test_markdown_of_a_real_diff_renders_whole(base: str, changed: str) -> None:
     _assert_renders(md)
     items = [t.content for t in _tokens(md) if t.type == "text"]
     assert any("new graph break at" in x for x in items), items
+
+
+@pytest.mark.slow
+def test_a_changed_inductor_setting_is_named_in_the_cache_key(tmp_path: Any) -> None:
+    """Two runs share one Inductor cache; the second sets an Inductor config
+    flag (part of the FX graph cache key): every graph misses, and the diff
+    says the key changed in inductor_config, for the forward and backward
+    graphs, from the recordings and from the TORCH_TRACE directories alike."""
+    shared = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    job = workload(os.path.join("findings", "cache_runs.py"))
+    runs = []
+    for name, flags in (("base", []), ("tuned", ["--tuned"])):
+        run = record(tmp_path / name, [job, "--steps", "1", *flags], options=["-q"], extra_env=shared)
+        assert run.returncode == 0, run.proc.stderr[-2000:]
+        runs.append(run)
+    for a, b in ((runs[0].recording, runs[1].recording), (runs[0].trace_dir, runs[1].trace_dir)):
+        out, doc = _diff(str(a), str(b))
+        changed = _kinds(doc["changed"], "cache_key")
+        keys = {e["subject"].rsplit(":", 1)[-1]: e for e in changed if e["subject"].startswith("fx_graph:")}
+        assert set(keys) == {"forward", "backward"}, changed
+        for e in keys.values():
+            assert e["components"] == ["inductor_config"] and e["base"] != e["new"], e
+        # AOTAutograd's key holds the config too; PyTorch lists its components only when debug-logging
+        (aot,) = [e for e in changed if e["subject"].startswith("aot_autograd:")]
+        assert "key changed (PyTorch listed no components of it)" in aot["what"], aot
+        text = ctmon("diff", str(a), str(b)).stdout
+        assert "FX graph cache for " in text and " forward: key changed in inductor_config" in text, text
 
 
 # -------------------------------------------- recorded fixtures (fast)
@@ -522,3 +550,53 @@ def test_markdown_of_awkward_text_renders_whole() -> None:
     _assert_renders(md)
     codes = [t.content for t in _tokens(md) if t.type == "code_inline"]
     assert "torch._dynamo.graph_break()" in codes
+
+
+# ------------------------------------------------- cache keys, from events
+
+
+def _cache_key_session(inductor_hash: str, *, components: bool = True) -> Session:
+    """One frame compiled once, its forward graph's FX cache record keyed by
+    components of which ``inductor_config`` hashes to ``inductor_hash``."""
+    s = Session()
+    where = {"compile_id": "0/0", "frame_id": 0}
+    s.apply({"kind": "compile_start", "t": 1.0, **where, "name": "forward", "file": "/p/train.py", "line": 12})
+    pairs = [["gm", "g1"], ["fx_kwargs[cpp_wrapper]", "f0"], ["inductor_config", inductor_hash]]
+    cache: dict[str, Any] = {"kind": "cache", "t": 1.5, **where, "cache": "fx_graph", "result": "miss"}
+    cache.update(key="k" + inductor_hash, graph="forward", components=pairs if components else [])
+    s.apply(cache)
+    s.apply(
+        {
+            "kind": "compile",
+            "t": 2.0,
+            **where,
+            "co_name": "forward",
+            "co_filename": "/p/train.py",
+            "co_firstlineno": 12,
+            "has_guarded_code": True,
+        }
+    )
+    assert s.bad_events == 0
+    return s
+
+
+def _summary(s: Session) -> Any:
+    return run_summary("r.jsonl", s, build_report(s, lean=True))
+
+
+def test_a_cache_key_change_names_its_components() -> None:
+    base, new = _summary(_cache_key_session("c1")), _summary(_cache_key_session("c2"))
+    doc = compare(base, new)
+    (entry,) = _kinds(doc["changed"], "cache_key")
+    assert entry["components"] == ["inductor_config"] and (entry["base"], entry["new"]) == ("kc1", "kc2")
+    assert entry["what"] == "FX graph cache for /p/train.py:12 forward: key changed in inductor_config"
+    assert "key changed in inductor_config" in render_text(doc)
+    assert not _kinds(doc["regressions"], "cache_key")  # the misses it causes are the regression
+    # the same key: nothing to say; a run without components still says the key changed
+    assert not _kinds(compare(base, _summary(_cache_key_session("c1")))["changed"], "cache_key")
+    bare = _summary(_cache_key_session("c3", components=False))
+    (entry,) = _kinds(compare(base, bare)["changed"], "cache_key")
+    assert entry["components"] == [] and "listed no components" in entry["what"]
+    # a summary made before cache keys were kept compares nothing of them
+    old = {k: v for k, v in base.items() if k != "cache_keys"}
+    assert not _kinds(compare(old, new)["changed"], "cache_key")

@@ -120,3 +120,27 @@ def test_encoding_a_struct_gives_the_line_it_came_from() -> None:
     line = b'{"kind":"cache","t":1.5,"compile_id":"0/0","cache":"fx_graph","result":"hit"}'
     ev = Decoder().decode(line)
     assert json.loads(msgspec.json.encode(ev)) == json.loads(line)
+
+
+def test_a_cache_event_without_key_components_still_decodes() -> None:
+    """Recordings made before cache records carried their key's components."""
+    old = Decoder().decode(b'{"kind":"cache","t":1.5,"compile_id":"0/0","cache":"fx_graph","result":"miss","key":"f1"}')
+    assert isinstance(old, EC.CacheResult) and old.key == "f1"
+    assert (old.components, old.graph) == ([], None)
+
+
+def test_a_cache_key_s_components_travel_bounded_without_their_values() -> None:
+    """What the agent makes of an FX graph cache artifact: [attr, hash] pairs,
+    an attr of hundreds of parts (inductor_config) as one, no value kept."""
+    from ctmon.agent.trace_convert import COMPONENTS_MAX, TraceConverter
+
+    lines = ["[gmhash] gm: " + "x = y\\n" * 50_000, "[f0] fx_kwargs[is_backward]: True", "not a debug line"]
+    lines += [f"[c{k}] inductor_config[setting_{k}]: {k}" for k in range(300)]
+    lines += [f"[p{k}] pass_{k}: None" for k in range(100)]
+    payload = json.dumps({"key": "fabc", "components": lines, "cache_event_time": 1})
+    (ev,) = TraceConverter().convert("fx_graph_cache_miss", 1.0, {"frame_id": 0, "frame_compile_id": 0}, payload)
+    got = from_dict(json.loads(json.dumps(ev)))
+    assert isinstance(got, EC.CacheResult) and got.graph == "backward" and got.key == "fabc"
+    assert got.components[:2] == [("gm", "gmhash"), ("fx_kwargs[is_backward]", "f0")]
+    assert got.components[2][0] == "inductor_config" and len(got.components) == COMPONENTS_MAX
+    assert len(json.dumps(ev)) < 8000  # the graph's code is not in it

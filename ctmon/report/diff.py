@@ -35,6 +35,7 @@ import re
 from collections.abc import Mapping
 
 from ctmon.report.bench import CLOSE, _gpu_peak
+from ctmon.report.diff_cache_keys import cache_key_records, cache_keys
 from ctmon.report.diff_entries import Diff, frame_key, more_is_worse, place, relative
 from ctmon.report.diff_model import BreakKey, CompileCall, DiffDoc, DiffEntry, FrameKey, Place, Ran, RunSummary, Side
 from ctmon.report.diff_timing import (
@@ -98,6 +99,7 @@ def run_summary(path: str, session: Session, report: Report) -> RunSummary:
         "steps": steady_blocks(session),
         "gpu_mem_peak_bytes": _gpu_peak(session),
         "notes": report["notes"],
+        "cache_keys": cache_key_records(cs),
     }
 
 
@@ -155,6 +157,7 @@ def compare(base: RunSummary, new: RunSummary) -> DiffDoc:
     _counts(d, base, new)
     compile_time(d, base, new)
     _caches(d, base, new)
+    cache_keys(d, base, new)
     step_time(d, base, new)
     gpu_memory(d, base, new)
     _settings(d, base, new)

@@ -24,6 +24,7 @@ KIND_ORDER = (
     "count",
     "compile_time",
     "cache",
+    "cache_key",
     "step_time",
     "gpu_memory",
     "version",

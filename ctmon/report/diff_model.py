@@ -44,6 +44,16 @@ class Located(TypedDict):
     cwd: str | None
 
 
+class CacheKeyRecord(TypedDict):
+    """One cache record that names its key (ctmon/report/diff_cache_keys.py)."""
+
+    frame_id: int | None
+    cache: str | None  # fx_graph | aot_autograd
+    graph: str | None  # forward | backward | inference (FX graph records)
+    key: str | None
+    components: list[list[str]]  # [attr, hash] pairs
+
+
 class RunSummary(TypedDict):
     path: str
     input: str
@@ -61,6 +71,7 @@ class RunSummary(TypedDict):
     steps: StepBlocks
     gpu_mem_peak_bytes: int | None
     notes: list[Note]
+    cache_keys: NotRequired[list[CacheKeyRecord]]  # absent: the run's cache keys are not compared
 
 
 # What pairs a frame, or a graph break, of one run with the other's: its
@@ -82,6 +93,7 @@ class EntryDetails(TypedDict, total=False):
     file: str | None
     line: int | None
     reason: str
+    components: list[str]  # a cache key's components that changed
     # how a timing was judged
     ratio_ci: list[float] | None
     paired: int

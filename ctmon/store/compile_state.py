@@ -65,6 +65,7 @@ class CompileState:
     MAX_COMPILES = 50_000
     MAX_SITE_IDS = 50
     MAX_CALLS = 100
+    MAX_CACHE_KEYS = 2000
 
     def __init__(self) -> None:
         self.frames: dict[int | None, Frame] = {}
@@ -85,6 +86,9 @@ class CompileState:
         self.specializations: list[EC.Specialization] = []  # the first SPECIALIZATIONS_MAX
         self.cache: dict[str, CacheCounts] = {"fx_graph": CacheCounts(), "aot_autograd": CacheCounts()}
         self.bypass_reasons: Counter[str] = Counter()
+        # the first MAX_CACHE_KEYS records that name their key, in order: what
+        # ``ctmon diff`` pairs with another run's to say which component changed
+        self.cache_keys: list[EC.CacheResult] = []
         self.guard_misses: dict[str, int] = {}  # misses where the graph was cached under other shape guards
         self.time_saved_s = 0.0
         self.autotune_kernels = 0
@@ -273,6 +277,8 @@ class CompileState:
             return
         counts = self.cache.setdefault(cache, CacheCounts())
         setattr(counts, result, getattr(counts, result) + 1)
+        if ev.key and len(self.cache_keys) < self.MAX_CACHE_KEYS:
+            self.cache_keys.append(ev)
         if result == "miss" and ev.detail == "guard_miss":
             self.guard_misses[cache] = self.guard_misses.get(cache, 0) + 1
         if result == "bypass" and ev.reason:

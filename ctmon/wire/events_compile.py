@@ -164,6 +164,10 @@ class CacheResult(Ranked, tag="cache"):
     detail: str | None = None
     reason: str | None = None
     time_saved_s: Finite | None = None
+    # what the key was made of: [attr, hash] pairs ("inductor_config",
+    # "fx_kwargs[cpp_wrapper]"), values left out; absent from older recordings
+    components: list[tuple[str, str]] = []
+    graph: str | None = None  # an FX graph record's graph: forward | backward | inference
 
 
 class Autotune(Ranked, tag="autotune"):
