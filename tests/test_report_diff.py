@@ -600,3 +600,20 @@ def test_a_cache_key_change_names_its_components() -> None:
     # a summary made before cache keys were kept compares nothing of them
     old = {k: v for k, v in base.items() if k != "cache_keys"}
     assert not _kinds(compare(old, new)["changed"], "cache_key")
+
+
+def test_a_phase_timed_two_ways_reads_as_two_figures() -> None:
+    """Inductor's time from the compiles' own metrics and from PyTorch's phase
+    timers are two figures: their lines must not read alike."""
+    base, new = _summary(_cache_key_session("c1")), _summary(_cache_key_session("c1"))
+    for run, seconds in ((base, 2.0), (new, 9.0)):
+        run["compile"]["phases_s"] = {"backend": seconds + 1, "inductor": seconds, "code_gen": 0.1}
+        run["compile"]["traced_phases_s"] = {"inductor": seconds + 0.5, "aot_autograd": 0.2}
+    doc = compare(base, new)
+    whats = [
+        e["what"]
+        for e in doc["regressions"] + doc["unchanged"]
+        if e["subject"] in ("phase:inductor", "traced:inductor")
+    ]
+    assert len(whats) == 2 and len(set(w.split(" 2.")[0] for w in whats)) == 2, whats
+    assert any(w.startswith("compile time in Inductor (traced)") for w in whats), whats

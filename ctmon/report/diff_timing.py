@@ -25,15 +25,20 @@ COMPILE_CLOSE = 0.10  # compile-time changes under 10 % are not called
 COMPILE_MIN_S = 1.0  # nor under a second
 MEMORY_MIN_BYTES = 64 << 20
 
-# ctmon's own split of a compile's time (dynamo, backend), then PyTorch's
-# traced phases: inductor and code_gen are timed both ways, the rest traced only.
+# ctmon's own split of a compile's time, from each compile's metrics. PyTorch's
+# phase timers (traced_phases_s) time inductor and code_gen too: those entries
+# say "(traced)", so that two figures of one phase never read alike.
 PHASE_LABELS = {
     "dynamo": "Dynamo (tracing and guards)",
     "backend": "the backend (AOTAutograd and Inductor)",
     "inductor": PHASE_NAMES["inductor"],
     "code_gen": PHASE_NAMES["code_gen"],
-    **{k: f"{PHASE_NAMES[k]} (traced)" for k in ("dynamo_tracing", "guards", "aot_autograd", "autotune", "backward")},
 }
+
+
+def traced_label(phase: str) -> str:
+    """``Inductor (traced)``: a phase as PyTorch's own timers measured it."""
+    return f"{PHASE_NAMES.get(phase, phase)} (traced)"
 
 
 def steady_blocks(session: Session) -> StepBlocks:
@@ -102,7 +107,7 @@ def compile_time(d: Diff, base: RunSummary, new: RunSummary) -> None:
     if not bt or not nt:
         return  # a run recorded before ctmon read PyTorch's phase timers has none: nothing to set beside
     for phase in sorted(set(bt) | set(nt)):
-        label = PHASE_LABELS.get(phase, phase)
+        label = traced_label(phase)
         _time_entry(d, f"traced:{phase}", f"compile time in {label}", bt.get(phase, 0.0), nt.get(phase, 0.0), [])
 
 
