@@ -124,7 +124,10 @@ def test_output_round_trips_byte_exact(tmp_path, rt) -> None:  # type: ignore[no
     assert got["stderr"] == b"\xff\xfe on stderr\n"
     assert max(map(len, lines)) < MAX_LINE_BYTES  # no reader skips a line
     encs = {json.loads(line).get("enc") for line in lines}
-    assert None in encs and "base64" in encs  # base64 where it must be, text (as ever, no "enc") where it can
+    # stderr's one small write is not UTF-8: inline as base64, whatever the timing. How stdout's
+    # writes fall into reads does depend on it: on a loaded machine the first lines are read
+    # together with the 300 KB after them, and a read of 256 KiB or more goes to the output log.
+    assert "base64" in encs and encs <= {None, "base64", "log"}, encs
     # viewers and reports fold it: text as a terminal shows it
     with open(rec, "rb") as f:
         session = Session().apply_all(Decoder().decode_all(f.read().splitlines(), None))
