@@ -132,7 +132,8 @@ def test_a_cache_event_without_key_components_still_decodes() -> None:
 def test_a_cache_key_s_components_travel_bounded_without_their_values() -> None:
     """What the agent makes of an FX graph cache artifact: [attr, hash] pairs,
     an attr of hundreds of parts (inductor_config) as one, no value kept."""
-    from ctmon.agent.trace_convert import COMPONENTS_MAX, TraceConverter
+    from ctmon.agent.cache_keys import COMPONENTS_MAX
+    from ctmon.agent.trace_convert import TraceConverter
 
     lines = ["[gmhash] gm: " + "x = y\\n" * 50_000, "[f0] fx_kwargs[is_backward]: True", "not a debug line"]
     lines += [f"[c{k}] inductor_config[setting_{k}]: {k}" for k in range(300)]

@@ -2,7 +2,7 @@
 
 Each FX graph and AOTAutograd cache record names its key and, where PyTorch
 listed them, the key's components as ``[attr, hash]`` pairs (the agent's
-``cache_components``). A graph's records in BASE pair with the same graph's
+``agent/cache_keys.py: cache_components``). A graph's records in BASE pair with the same graph's
 in NEW: the same frame (as the diff pairs frames), the same cache and graph
 (forward, backward, inference), the k-th of them in each run. Where the keys
 differ, the entry names the components whose hashes differ."""
