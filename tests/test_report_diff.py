@@ -189,7 +189,9 @@ def test_a_changed_inductor_setting_is_named_in_the_cache_key(tmp_path: Any) -> 
     """Two runs share one Inductor cache; the second sets an Inductor config
     flag (part of the FX graph cache key): every graph misses, and the diff
     says the key changed in inductor_config, for the forward and backward
-    graphs, from the recordings and from the TORCH_TRACE directories alike."""
+    graphs, from the recordings and from the TORCH_TRACE directories alike;
+    from the recordings (which keep the settings in force) it names the
+    setting, max_autotune_pointwise, in the key's entry and as a setting."""
     shared = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     job = workload(os.path.join("findings", "cache_runs.py"))
     runs = []
@@ -197,18 +199,25 @@ def test_a_changed_inductor_setting_is_named_in_the_cache_key(tmp_path: Any) -> 
         run = record(tmp_path / name, [job, "--steps", "1", *flags], options=["-q"], extra_env=shared)
         assert run.returncode == 0, run.proc.stderr[-2000:]
         runs.append(run)
+    setting = "torch._inductor.config.max_autotune_pointwise"
     for a, b in ((runs[0].recording, runs[1].recording), (runs[0].trace_dir, runs[1].trace_dir)):
+        recorded = a == runs[0].recording  # a TORCH_TRACE has no settings: none is named
         out, doc = _diff(str(a), str(b))
         changed = _kinds(doc["changed"], "cache_key")
         keys = {e["subject"].rsplit(":", 1)[-1]: e for e in changed if e["subject"].startswith("fx_graph:")}
         assert set(keys) == {"forward", "backward"}, changed
         for e in keys.values():
             assert e["components"] == ["inductor_config"] and e["base"] != e["new"], e
+            assert e.get("settings") == ([setting] if recorded else None), e
         # AOTAutograd's key holds the config too; PyTorch lists its components only when debug-logging
         (aot,) = [e for e in changed if e["subject"].startswith("aot_autograd:")]
-        assert "key changed (PyTorch listed no components of it)" in aot["what"], aot
+        assert "key changed (PyTorch listed no components of it" in aot["what"], aot
+        assert aot.get("settings") == ([setting] if recorded else None), aot
+        config = [e["what"] for e in _kinds(doc["changed"], "config") if e["subject"].startswith("torch.")]
+        assert config == ([f"{setting}: False (default) → True"] if recorded else []), doc["changed"]
         text = ctmon("diff", str(a), str(b)).stdout
         assert "FX graph cache for " in text and " forward: key changed in inductor_config" in text, text
+        assert (" forward: key changed in inductor_config: max_autotune_pointwise\n" in text) == recorded, text
 
 
 # -------------------------------------------- recorded fixtures (fast)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from ctmon.agent.channel import Channel
 from ctmon.agent.phases import phase_of
@@ -127,7 +130,12 @@ class TraceHandler(logging.Handler):
                 aname = art.get("name") if isinstance(art, dict) else None
                 if aname not in KEEP_ARTIFACTS:
                     return False
-                ch.put(("trace", aname, record.created, md, getattr(record, "payload", None)), True)
+                extra = getattr(record, "payload", None)
+                if aname in CACHE_ARTIFACTS:
+                    # on the compiling thread, inside torch.compile's config.patch:
+                    # the settings the record's key was made from
+                    extra = (extra, read_settings_in_force())
+                ch.put(("trace", aname, record.created, md, extra), True)
             elif name in KEEP_EVENTS:
                 extra = None
                 if name == "dynamo_start":
@@ -335,6 +343,126 @@ def read_config_in_force() -> dict[str, object]:
         if isinstance(val, (bool, int, float)) or (isinstance(val, str) and len(val) <= CONFIG_STR_MAX):
             out[name] = val
     return out
+
+
+# The settings modules whose values a cache key hashes, each with what the key
+# leaves out: the FX graph key hashes torch._inductor.config as
+# save_config_portable gives it (less the prefixes in
+# _cache_config_ignore_prefix), AOTAutograd's hashes torch._functorch.config as
+# save_config does (less the keys in _save_config_ignore).
+SETTINGS_MODULES = (
+    ("torch._inductor.config", "_cache_config_ignore_prefix", None),
+    ("torch._functorch.config", None, "_save_config_ignore"),
+)
+SETTINGS_MAX = 64  # settings sent per cache record
+SETTINGS_STR_MAX = 200
+# Most of Inductor's environment variables set a setting's default itself
+# (``max_autotune = os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE") == "1"``), so
+# the config module cannot tell them from defaults; PyTorch names them after
+# the setting, and a setting so named is sent, its default left out.
+_ENV_PREFIX = {"torch._inductor.config": "TORCHINDUCTOR_"}
+_env_named: dict[str, tuple[str, ...]] = {}  # module -> its settings the environment named, read once
+
+
+def read_settings_in_force() -> dict[str, list[object]] | None:
+    """The Inductor and AOTAutograd settings not at their defaults, as in
+    force on the calling (compiling) thread: ``{qualified name: [value,
+    default]}`` (no default where the environment set it), at most
+    SETTINGS_MAX, values scalars or clipped reprs (``_setting_value``).
+    None when neither module could be read (nothing to compare a run by).
+
+    Reads them as the cache key does (the module's ``_get_dict``, with the
+    key's exclusions), asking for those not at their defaults only and with
+    ``readonly_values``: PyTorch keeps that dict per context and recomputes
+    only the settings changed since, so a call costs a copy of the few
+    settings changed. Each is then compared with its entry's default (one
+    set back to its default is left out). Never raises."""
+    out: dict[str, list[object]] = {}
+    read = False
+    for module, prefix_attr, keys_attr in SETTINGS_MODULES:
+        cfg = sys.modules.get(module)
+        if cfg is None:
+            continue
+        try:
+            _module_settings(cfg, module, prefix_attr, keys_attr, out)
+            read = True
+        except Exception:  # a future torch's config: the record is sent without its settings
+            continue
+    return out if read else None
+
+
+def _module_settings(
+    cfg: Any, module: str, prefix_attr: str | None, keys_attr: str | None, out: dict[str, list[object]]
+) -> None:
+    entries = cfg._config
+    prefixes = list(getattr(cfg, prefix_attr, None) or []) if prefix_attr else []
+    ignored = list(getattr(cfg, keys_attr, None) or []) if keys_attr else []
+    get_dict = cfg._get_dict
+    try:
+        values = get_dict(ignored_keys=ignored, ignored_prefixes=prefixes, skip_default=True, readonly_values=True)
+    except TypeError:  # torch before readonly_values
+        values = get_dict(ignored_keys=ignored, ignored_prefixes=prefixes, skip_default=True)
+    for key, value in values.items():
+        if len(out) >= SETTINGS_MAX:
+            return
+        entry = entries.get(key)
+        default = getattr(entry, "default", None)
+        if not _is_default(value, default):
+            out[f"{module}.{key}"] = [_setting_value(value), _setting_value(default)]
+    for key in _env_settings(module, entries):
+        name = f"{module}.{key}"
+        hashed = key not in ignored and not key.startswith(tuple(prefixes))
+        if name not in out and hashed and len(out) < SETTINGS_MAX:
+            # not overridden since: its value is the default the environment set
+            out[name] = [_setting_value(getattr(entries[key], "default", None))]
+
+
+def _is_default(value: object, default: object) -> bool:
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:
+        return False
+
+
+def _env_settings(module: str, entries: dict[str, object]) -> tuple[str, ...]:
+    """The settings of ``module`` that a variable of the job's environment is
+    named after (TORCHINDUCTOR_MAX_AUTOTUNE: max_autotune). Read once: the
+    module read its environment when imported."""
+    named = _env_named.get(module)
+    if named is None:
+        prefix = _ENV_PREFIX.get(module)
+        named = ()
+        if prefix:
+            keys = (var[len(prefix) :].lower() for var in list(os.environ) if var.startswith(prefix))
+            named = tuple(key for key in keys if key in entries)
+        _env_named[module] = named
+    return named
+
+
+def _setting_value(value: object) -> object:
+    """A setting's value as the wire carries it: a scalar as it is, anything
+    else as a short text (a function or class by its qualified name; a repr
+    with an address by its type), clipped to SETTINGS_STR_MAX with a digest
+    of the whole, so two long values that differ still read as different."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and -(1 << 63) <= value < 1 << 63:
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, str):
+        text = value
+    elif callable(value):
+        text = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
+    else:
+        text = repr(value)
+        if " at 0x" in text:  # an address differs in every run
+            text = f"<{type(value).__qualname__}>"
+    if len(text) <= SETTINGS_STR_MAX:
+        return text
+    return f"{text[: SETTINGS_STR_MAX - 10]}…{zlib.crc32(text.encode('utf-8', 'replace')):08x}"
 
 
 def attribute_module() -> dict[str, object] | None:

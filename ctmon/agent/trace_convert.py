@@ -311,9 +311,14 @@ class TraceConverter:
             ev[k] = v
         return ev
 
-    def _cache(self, name: str, payload: object, base: dict[str, object]) -> protocol.Event:
+    def _cache(self, name: str, extra: object, base: dict[str, object]) -> protocol.Event:
         cache, result = CACHE_ARTIFACTS[name]
         ev: protocol.Event = {"kind": protocol.CACHE, **base, "cache": cache, "result": result}
+        payload = extra
+        if isinstance(extra, tuple) and len(extra) == 2:  # the agent's (payload, settings in force)
+            payload, settings = extra
+            if isinstance(settings, dict):
+                ev["settings"] = settings
         info = cache_fields(payload) if isinstance(payload, str) else {}
         if info.get("key"):
             ev["key"] = str(info["key"])[:80]

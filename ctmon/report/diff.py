@@ -37,7 +37,18 @@ from collections.abc import Mapping
 from ctmon.report.bench import CLOSE, _gpu_peak
 from ctmon.report.diff_cache_keys import cache_key_records, cache_keys
 from ctmon.report.diff_entries import Diff, frame_key, more_is_worse, place, relative
-from ctmon.report.diff_model import BreakKey, CompileCall, DiffDoc, DiffEntry, FrameKey, Place, Ran, RunSummary, Side
+from ctmon.report.diff_model import (
+    BreakKey,
+    CompileCall,
+    DiffDoc,
+    DiffEntry,
+    FrameKey,
+    ModuleSettings,
+    Place,
+    Ran,
+    RunSummary,
+    Side,
+)
 from ctmon.report.diff_timing import (
     BLOCKS,
     COMPILE_CLOSE,
@@ -73,6 +84,7 @@ def run_summary(path: str, session: Session, report: Report) -> RunSummary:
     """What the comparison reads of one run: the report's compile side, and
     what only the store has (steady steps in blocks, settings in force)."""
     cs = session.compile
+    settings = cs.settings_in_force()
     return {
         "path": path,
         "input": report["input"],
@@ -89,7 +101,9 @@ def run_summary(path: str, session: Session, report: Report) -> RunSummary:
         "config": {
             **{str(k): v for k, v in cs.config_in_force([c.compile_id for c in cs.compiles]).items()},
             "recompile_limit": report["compile"]["recompile_limit"],
+            **(settings[0] if settings is not None else {}),
         },
+        "module_settings": _module_settings_of(settings),
         "compile_calls": [_compile_call(c) for c in report["compile_calls"]],
         "compile": report["compile"],
         "cache": report["cache"],
@@ -101,6 +115,16 @@ def run_summary(path: str, session: Session, report: Report) -> RunSummary:
         "notes": report["notes"],
         "cache_keys": cache_key_records(cs),
     }
+
+
+def _module_settings_of(
+    settings: tuple[Mapping[str, object], Mapping[str, object], list[str]] | None,
+) -> ModuleSettings | None:
+    """What a run summary keeps of a run's Inductor and AOTAutograd settings
+    beside their values (which go in ``config``); None: none recorded."""
+    if settings is None:
+        return None
+    return {"defaults": dict(settings[1]), "mixed": list(settings[2])}
 
 
 def _compile_call(c: Fields) -> CompileCall:
@@ -344,7 +368,9 @@ def _settings(d: Diff, base: RunSummary, new: RunSummary) -> None:
     ca, cb = base.get("config") or {}, new.get("config") or {}
     if ca and cb:  # a run that recorded no settings (a TORCH_TRACE) says nothing of them
         for key in sorted(set(ca) | set(cb)):
-            _setting(d, "config", key, f"torch._dynamo.config.{key}", ca.get(key), cb.get(key))
+            if not key.startswith(MODULE_SETTING):
+                _setting(d, "config", key, f"torch._dynamo.config.{key}", ca.get(key), cb.get(key))
+    _module_settings(d, base, new)
     calls_a = {(relative(c.get("file"), base), c.get("line")): c for c in base.get("compile_calls") or []}
     for c in new.get("compile_calls") or []:
         old = calls_a.get((relative(c.get("file"), new), c.get("line")))
@@ -353,6 +379,35 @@ def _settings(d: Diff, base: RunSummary, new: RunSummary) -> None:
         at = place(relative(c.get("file"), new), c.get("line"))
         for key in ("backend", "mode", "dynamic", "fullgraph"):
             _setting(d, "compile_call", f"{at}:{key}", f"torch.compile at {at}: {key}", old.get(key), c.get(key))
+
+
+MODULE_SETTING = "torch."  # an Inductor or AOTAutograd setting's key in ``config`` (a Dynamo one's has no module)
+
+
+def _module_settings(d: Diff, base: RunSummary, new: RunSummary) -> None:
+    """The Inductor and AOTAutograd settings, where both runs recorded them:
+    a run's ``config`` lists those not at their defaults, so one the other
+    run lists and it does not is at its default there (its value: the
+    default the records name; "default" where the environment set it)."""
+    ma, mb = base.get("module_settings"), new.get("module_settings")
+    if not ma or not mb:
+        return  # an older recording, or a TORCH_TRACE: no false "changed"
+    ca, cb = base.get("config") or {}, new.get("config") or {}
+    defaults = {**ma["defaults"], **mb["defaults"]}
+    mixed = set(ma["mixed"]) | set(mb["mixed"])
+    for key in sorted(k for k in set(ca) | set(cb) if k.startswith(MODULE_SETTING) and k not in mixed):
+        a, b = ca.get(key, defaults.get(key)), cb.get(key, defaults.get(key))
+        if (key in ca) == (key in cb) and a == b and type(a) is type(b):
+            d.add("unchanged", "config", key, key, a, b)
+        else:
+            what = f"{key}: {_v_or_default(key, a, ca)} → {_v_or_default(key, b, cb)}"
+            d.add("changed", "config", key, what, a, b)
+
+
+def _v_or_default(key: str, value: object, config: Mapping[str, object]) -> str:
+    if key in config:
+        return _v(value)
+    return "default" if value is None else f"{_v(value)} (default)"
 
 
 def _setting(d: Diff, kind: str, subject: str, label: str, a: object, b: object) -> None:

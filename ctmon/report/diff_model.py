@@ -52,6 +52,7 @@ class CacheKeyRecord(TypedDict):
     graph: str | None  # forward | backward | inference (FX graph records)
     key: str | None
     components: list[list[str]]  # [attr, hash] pairs
+    settings: NotRequired[dict[str, object] | None]  # Inductor/AOTAutograd settings not at default; None: unrecorded
 
 
 class RunSummary(TypedDict):
@@ -72,6 +73,18 @@ class RunSummary(TypedDict):
     gpu_mem_peak_bytes: int | None
     notes: list[Note]
     cache_keys: NotRequired[list[CacheKeyRecord]]  # absent: the run's cache keys are not compared
+    # Inductor/AOTAutograd settings (their values are in ``config``): absent or
+    # None where the run recorded none (ctmon/report/diff.py: module_settings)
+    module_settings: NotRequired[ModuleSettings | None]
+
+
+class ModuleSettings(TypedDict):
+    """What a run's cache records say of its Inductor and AOTAutograd settings
+    beyond their values: the defaults they name, and those whose value
+    differed between records (the run cannot be said to have one)."""
+
+    defaults: dict[str, object]
+    mixed: list[str]
 
 
 # What pairs a frame, or a graph break, of one run with the other's: its
@@ -94,6 +107,7 @@ class EntryDetails(TypedDict, total=False):
     line: int | None
     reason: str
     components: list[str]  # a cache key's components that changed
+    settings: list[str]  # the settings inside them that changed (qualified names)
     # how a timing was judged
     ratio_ci: list[float] | None
     paired: int

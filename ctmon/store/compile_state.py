@@ -44,8 +44,38 @@ MAX_CONFIG_KEYS = 64
 MAX_CONFIG_STR = 200
 
 
+# Inductor and AOTAutograd settings not at their defaults, as a cache record
+# carries them (``cache`` events' ``settings``): sorted (qualified name, value)
+# pairs, interned as Config is.
+SettingValue = ConfigValue | None
+Settings = tuple[tuple[str, SettingValue], ...]
+
+
+def record_settings(raw: object) -> tuple[Settings, dict[str, SettingValue]] | None:
+    """A cache record's settings, bounded: (the values, sorted, and the
+    defaults where the record says them), at most MAX_CONFIG_KEYS, scalars
+    only; None where the record has none (an older recording, TORCH_TRACE)."""
+    if not isinstance(raw, dict):
+        return None
+    values: list[tuple[str, SettingValue]] = []
+    defaults: dict[str, SettingValue] = {}
+    for name, pair in list(raw.items())[:MAX_CONFIG_KEYS]:
+        if not isinstance(name, str) or not isinstance(pair, list) or not pair:
+            continue
+        if pair[0] is not None and not _config_scalar(pair[0]):
+            continue
+        values.append((name, pair[0]))
+        if len(pair) > 1 and (pair[1] is None or _config_scalar(pair[1])):
+            defaults[name] = pair[1]
+    return tuple(sorted(values)), defaults
+
+
 def _config_scalar(v: object) -> bool:
     return isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= MAX_CONFIG_STR)
+
+
+def _same_setting(a: SettingValue, b: SettingValue) -> bool:
+    return a is b or (a is not None and b is not None and _same_value(a, b))
 
 
 def _same_value(a: ConfigValue, b: ConfigValue) -> bool:
@@ -102,6 +132,10 @@ class CompileState:
         self._breaks_by_compile: dict[str, int] = {}
         self._reasons: dict[str, GuardFailures] = {}
         self._configs: dict[Config, Config] = {}
+        # the distinct settings sets the run's cache records carry (None: no
+        # record carried any), and the defaults they name
+        self._settings: dict[Settings, Settings] | None = None
+        self._setting_defaults: dict[str, SettingValue] = {}
         self._config_by_compile: dict[str, Config] = {}
 
     # ---- events ----
@@ -279,6 +313,8 @@ class CompileState:
         setattr(counts, result, getattr(counts, result) + 1)
         if ev.key and len(self.cache_keys) < self.MAX_CACHE_KEYS:
             self.cache_keys.append(ev)
+        if ev.settings is not None:
+            self._keep_settings(ev.settings)
         if result == "miss" and ev.detail == "guard_miss":
             self.guard_misses[cache] = self.guard_misses.get(cache, 0) + 1
         if result == "bypass" and ev.reason:
@@ -309,7 +345,34 @@ class CompileState:
         if compile_id in self._config_by_compile or len(self._config_by_compile) < self.MAX_COMPILES:
             self._config_by_compile[compile_id] = kept
 
+    def _keep_settings(self, raw: object) -> None:
+        kept = record_settings(raw)
+        if kept is None:
+            return
+        values, defaults = kept
+        if self._settings is None:
+            self._settings = {}
+        if len(self._settings) < MAX_CONFIGS:
+            self._settings.setdefault(values, values)
+        for name, default in defaults.items():
+            if len(self._setting_defaults) < MAX_CONFIGS:
+                self._setting_defaults.setdefault(name, default)
+
     # ---- views ----
+
+    def settings_in_force(self) -> tuple[dict[str, SettingValue], dict[str, SettingValue], list[str]] | None:
+        """The Inductor and AOTAutograd settings not at their defaults in
+        every cache record of the run: (their values, the defaults the records
+        name, the settings whose value differed between records, so the run
+        cannot be said to have one). None when no record carried its settings
+        (an older recording, torch's own trace, a job that compiled none)."""
+        if self._settings is None:
+            return None
+        sets = [dict(one) for one in self._settings]
+        names = sorted({name for one in sets for name in one})
+        same = {n for n in names if all(n in one and _same_setting(one[n], sets[0][n]) for one in sets)}
+        values = {n: sets[0][n] for n in names if n in same}
+        return values, dict(self._setting_defaults), [n for n in names if n not in same]
 
     def config_in_force(self, compile_ids: Iterable[object]) -> dict[str, ConfigValue]:
         """The Dynamo settings with one value in every compile of

@@ -168,6 +168,12 @@ class CacheResult(Ranked, tag="cache"):
     # "fx_kwargs[cpp_wrapper]"), values left out; absent from older recordings
     components: list[tuple[str, str]] = []
     graph: str | None = None  # an FX graph record's graph: forward | backward | inference
+    # the Inductor and AOTAutograd settings not at their defaults when the key
+    # was made (the agent's read_settings_in_force): {"torch._inductor.config.
+    # max_autotune": [value, default]}, the default left out where the job's
+    # environment set it; {}: every one at its default; None: not recorded
+    # (older recordings, TORCH_TRACE)
+    settings: dict[str, list[Union[bool, int, Finite, str, None]]] | None = None
 
 
 class Autotune(Ranked, tag="autotune"):
