@@ -6,74 +6,159 @@ import gc
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.words.textsafe import clean
 
 if TYPE_CHECKING:
-    from ctmon.report.diff_model import DiffDoc, DiffEntry, RunSummary
+    from ctmon.read.inputs import Input
+    from ctmon.report.diff_model import BenchDiffDoc, DiffDoc, DiffEntry, NotRead, RunSummary, Side, StepBlocks
     from ctmon.report.model import Finding, Report
     from ctmon.store import Session
 
 HELP = """usage: ctmon diff BASE NEW [--json | --md] [--fail] [--any-job]
+       ctmon diff --base FILE [FILE ...] --new FILE [FILE ...] [options]
 
-Compare two runs of one job: each a recording ('ctmon record') or a
-TORCH_TRACE directory. Says what got worse, what got better, and what
-differs (versions, settings), most important first: graph breaks and
-recompiles (with their reasons), compile time in total and per phase, cache
-results, steady step time (p50, p90) and GPU memory peak. Timings are
-judged against the runs' own noise: a difference inside it is no regression.
+Compare two runs of one job. Each side is a recording ('ctmon record'), a
+TORCH_TRACE directory, or the recordings of one job's nodes, merged as
+'ctmon report a.jsonl b.jsonl' merges them: the directory that holds them,
+or --base/--new with each file named. Two 'ctmon bench' outputs (bench -o
+DIR) are compared mode by mode: each mode both ran, its runs the noise.
+Says what got worse, what got better, and what differs (versions,
+settings), most important first: graph breaks and recompiles (with their
+reasons), compile time in total and per phase, cache results, steady step
+time (p50, p90) and GPU memory peak. Timings are judged against the runs'
+own noise: a difference inside it is no regression.
 
 options:
-  --json      print the diff as JSON (schema: docs/REPORT.md, 'ctmon diff --json')
+  --base FILE [FILE ...]
+              BASE as several recordings (one job's nodes) or TORCH_TRACE directories (its ranks)
+  --new FILE [FILE ...]
+              NEW, the same way
+  --json      print the diff as JSON (schema: docs/DIFF.md)
   --md        print Markdown, fit for a pull-request comment
-  --fail      exit 3 when anything regressed (0 when nothing did)
+  --fail      exit 3 when anything regressed (0 when nothing did); bench outputs: in any mode
   --any-job   compare runs of different scripts too
   -h, --help  show this help and exit
 
 exit codes: 0, 3 with --fail when something regressed, 2 on bad input.
 """
+USAGE_LINE = "ctmon diff BASE NEW, or ctmon diff --base FILE [FILE ...] --new FILE [FILE ...]"
+
+
+@dataclass
+class DiffArgs:
+    fmt: str = "text"
+    fail: bool = False
+    any_job: bool = False
+    base: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
 
 
 def main(argv: list[str]) -> int:
-    fmt, fail, any_job = "text", False, False
-    paths: list[str] = []
+    args = parse_args(argv)
+    if args is None:
+        sys.stdout.write(HELP)
+        return 0
+    base, new = recognize_side(args.base, "BASE"), recognize_side(args.new, "NEW")
+    from ctmon.cli.report import _write_out
+    from ctmon.read.inputs import BENCH
+
+    if base.kind == BENCH or new.kind == BENCH:
+        bench = diff_benches(base, new, any_job=args.any_job)
+        _write_out(_bench_text(bench, args.fmt))
+        return 3 if args.fail and bench["regressions"] else 0
+    doc = diff_runs(base, new, any_job=args.any_job)
+    _write_out(_doc_text(doc, args.fmt))
+    return 3 if args.fail and doc["regressions"] else 0
+
+
+def parse_args(argv: list[str]) -> DiffArgs | None:
+    """The options and both sides' paths (None: --help). Paths follow
+    --base or --new up to the next option; without them, BASE and NEW are
+    the two paths given."""
+    args = DiffArgs()
+    loose: list[str] = []
+    into = loose
     for a in argv:
         if a in ("-h", "--help"):
-            sys.stdout.write(HELP)
-            return 0
+            return None
         if a in ("--json", "--md"):
-            fmt = a[2:]
+            args.fmt = a[2:]
         elif a == "--fail":
-            fail = True
+            args.fail = True
         elif a == "--any-job":
-            any_job = True
+            args.any_job = True
+        elif a in ("--base", "--new"):
+            into = args.base if a == "--base" else args.new
+            if into:
+                raise CliError(f"diff: {a} is given twice: name all of its files after one {a}")
         elif a.startswith("-") and a != "-":
             raise CliError(f"diff: unknown option {a} (try: ctmon diff --help)")
         else:
-            paths.append(a)
-    if len(paths) != 2:
-        raise CliError("diff: two runs are needed: ctmon diff BASE NEW (recordings or TORCH_TRACE directories)")
-    doc = diff_paths(paths[0], paths[1], any_job=any_job)
-    from ctmon.cli.report import _write_out
+            into.append(a)
+    if args.base or args.new or "--base" in argv or "--new" in argv:
+        if loose:
+            raise CliError(f"diff: {loose[0]}: with --base and --new, name each side's files after its option only")
+        if not args.base or not args.new:
+            raise CliError(f"diff: both sides are needed: {USAGE_LINE}")
+        return args
+    if len(loose) != 2:
+        raise CliError(f"diff: two runs are needed: {USAGE_LINE} (recordings or TORCH_TRACE directories)")
+    args.base, args.new = [loose[0]], [loose[1]]
+    return args
 
+
+def _doc_text(doc: DiffDoc, fmt: str) -> str:
     if fmt == "json":
-        _write_out(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
-    elif fmt == "md":
-        from ctmon.report.diff_render import render_markdown
+        return json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
+    from ctmon.report.diff_render import render_markdown, render_text
 
-        _write_out(render_markdown(doc))
-    else:
-        from ctmon.report.diff_render import render_text
-
-        _write_out(render_text(doc))
-    return 3 if fail and doc["regressions"] else 0
+    return render_markdown(doc) if fmt == "md" else render_text(doc)
 
 
-def load_run(path: str, label: str) -> RunSummary:
-    """One side's summary; one line (exit 2) when it cannot be read."""
+def _bench_text(doc: BenchDiffDoc, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
+    from ctmon.report.diff_render import render_bench_markdown, render_bench_text
+
+    return render_bench_markdown(doc) if fmt == "md" else render_bench_text(doc)
+
+
+def recognize_side(paths: list[str], label: str) -> Input:
+    """What one side names (ctmon/read/inputs.py); one line, exit 2, when it is no run."""
+    from ctmon.read.inputs import recognize
+    from ctmon.wire.errors import RecordingError
+
+    try:
+        return recognize(paths)
+    except RecordingError as e:
+        raise CliError(f"diff: {label}: {e}") from None
+
+
+def load_run(path: str | list[str], label: str) -> RunSummary:
+    """One run's summary: a recording, a TORCH_TRACE, or one job's node
+    recordings (a directory of them, or each named), merged; one line
+    (exit 2) when it cannot be read, or is a bench output."""
+    from ctmon.read.inputs import BENCH, recognize
+    from ctmon.wire.errors import RecordingError
+
+    try:
+        inp = recognize([path] if isinstance(path, str) else path)
+    except RecordingError as e:
+        raise CliError(f"{label}: {e}") from None
+    if inp.kind == BENCH:
+        first = next(iter(inp.modes.values()))[0]
+        raise CliError(
+            f"{label}: {inp.path} is a 'ctmon bench' output (one recording per mode and run), not one run: "
+            f"name one of its recordings (e.g. {first}), or compare two bench outputs with ctmon diff"
+        )
+    return _summary(inp.path, inp.paths, label)
+
+
+def _summary(path: str, paths: list[str], label: str) -> RunSummary:
     from ctmon.cli.progress import reading
     from ctmon.read.merge import load_nodes
     from ctmon.report.build import build_report
@@ -82,29 +167,115 @@ def load_run(path: str, label: str) -> RunSummary:
     from ctmon.wire.errors import RecordingError
 
     try:
-        session, stats, _ = load_nodes([path], reading(path[:80]))
+        session, stats, nodes = load_nodes(paths, reading(path[:80]))
     except RecordingError as e:
         raise CliError(f"{label}: {e}") from None
     except OSError as e:  # a directory or file that went away or cannot be opened
-        raise CliError(f"{label}: cannot read {path}: {e.strerror or e}") from None
-    report = build_report(session, lean=True)  # the diff reads no findings, steps or system samples
+        raise CliError(f"{label}: cannot read {e.filename or path}: {e.strerror or e}") from None
+    report = build_report(session, nodes, lean=True)  # the diff reads no findings, steps or system samples
     for w in stats.warnings + capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {label}: {w}\n"))
-    return run_summary(path, session, report)
+    summary = run_summary(path, session, report)
+    if len(paths) > 1:
+        summary["paths"] = list(paths)
+    return summary
 
 
-def diff_paths(base_path: str, new_path: str, any_job: bool = False) -> DiffDoc:
+def diff_runs(base_in: Input, new_in: Input, any_job: bool = False) -> DiffDoc:
     from ctmon.report.diff import compare, same_job
 
-    base = load_run(base_path, "diff: BASE")
+    base = _summary(base_in.path, base_in.paths, "diff: BASE")
     # BASE's store is only garbage now, but it holds reference cycles: freed
     # before NEW is read, the diff's memory peak stays near one report's
     gc.collect()
-    new = load_run(new_path, "diff: NEW")
+    new = _summary(new_in.path, new_in.paths, "diff: NEW")
     mismatch = same_job(base, new)
     if mismatch and not any_job:
         raise CliError(f"diff: {mismatch} (--any-job compares them anyway)")
     return compare(base, new)
+
+
+def diff_paths(base_path: str, new_path: str, any_job: bool = False) -> DiffDoc:
+    """``ctmon diff BASE NEW`` of two runs named by one path each."""
+    return diff_runs(recognize_side([base_path], "BASE"), recognize_side([new_path], "NEW"), any_job)
+
+
+# -- two bench outputs
+
+
+def diff_benches(base_in: Input, new_in: Input, any_job: bool = False) -> BenchDiffDoc:
+    """Two ``ctmon bench`` outputs, mode by mode (ctmon/report/diff_bench.py)."""
+    from ctmon.read.inputs import BENCH
+    from ctmon.report.diff import same_job
+    from ctmon.report.diff_bench import compare_benches
+
+    for inp, other, label in ((base_in, new_in, "BASE"), (new_in, base_in, "NEW")):
+        if inp.kind != BENCH:
+            raise CliError(
+                f"diff: {label} ({inp.path}) is one run and {other.path} a 'ctmon bench' output: "
+                "compare two bench outputs, or two runs (e.g. one of its recordings)"
+            )
+    not_read: list[NotRead] = []
+    base = _bench_side(base_in, "base", not_read)
+    gc.collect()
+    new = _bench_side(new_in, "new", not_read)
+    for mode in (m for m in base if m in new):
+        mismatch = same_job(base[mode], new[mode])
+        if mismatch and not any_job:
+            raise CliError(f"diff: {mismatch} (--any-job compares them anyway)")
+    if not base or not new:
+        empty = "BASE" if not base else "NEW"
+        raise CliError(f"diff: {empty}: no run of any mode in {(base_in if not base else new_in).path} can be read")
+    return compare_benches(base, new, (_bench_side_doc(base_in, base), _bench_side_doc(new_in, new)), not_read)
+
+
+def _bench_side(inp: Input, side: str, not_read: list[NotRead]) -> dict[str, RunSummary]:
+    """Each mode's summary: its first run's, with the step times of all its
+    runs. A first run that cannot be read is said (stderr, and ``not_read``)
+    and leaves its mode out; a later one is said and left out."""
+    from ctmon.report.diff_bench import bench_steps
+
+    label = f"diff: {side.upper()}"
+    out: dict[str, RunSummary] = {}
+    for mode, runs in inp.modes.items():
+        said = f"{label}: {mode}"
+        try:
+            first = _summary(runs[0], [runs[0]], said)
+        except CliError as e:
+            sys.stderr.write(clean(f"ctmon: {e}; the mode is not compared\n"))
+            not_read.append({"side": side, "mode": mode, "why": str(e).removeprefix(f"{said}: ")})
+            continue
+        steps = [first["steps"]] + [s for s in (_later_steps(r, said) for r in runs[1:]) if s]
+        first["steps"] = bench_steps(first["steps"], steps)
+        out[mode] = first
+        gc.collect()
+    return out
+
+
+def _later_steps(path: str, label: str) -> StepBlocks | None:
+    """A later run's steady step times (nothing else of it is compared)."""
+    from ctmon.read.load import load
+    from ctmon.report.diff_timing import steady_blocks
+    from ctmon.wire.errors import RecordingError
+
+    try:
+        session, _ = load(path)
+    except (RecordingError, OSError) as e:
+        why = e if isinstance(e, RecordingError) else (e.strerror or e)
+        sys.stderr.write(clean(f"ctmon: {label}: {os.path.basename(path)} left out: {why}\n"))
+        return None
+    return steady_blocks(session)
+
+
+def _bench_side_doc(inp: Input, modes: dict[str, RunSummary]) -> Side:
+    first = next(iter(modes.values()))
+    return {
+        "path": inp.path,
+        "input": "bench",
+        "command": first.get("command"),
+        "session_id": None,
+        "modes": list(modes),
+    }
 
 
 REGRESSION = "regression"  # --fail-on regression: the gate of 'ctmon diff --fail', against --baseline
@@ -118,6 +289,7 @@ class Baseline:
     run: RunSummary
     fails: bool
     command: str  # the command's name, for its error lines
+    any_job: bool = False  # --any-job: a run of another script is compared all the same
 
     @property
     def name(self) -> str:
@@ -129,24 +301,33 @@ class Baseline:
 
         new = run_summary(path, session, report)
         mismatch = same_job(self.run, new)
-        if mismatch:
-            raise CliError(f"{self.command}: --baseline: {mismatch}")
+        if mismatch and not self.any_job:
+            raise CliError(f"{self.command}: --baseline: {mismatch} (--any-job compares them anyway)")
         return compare(self.run, new)
 
     def lines(self, doc: DiffDoc) -> list[str]:
         """The stderr lines: one per regression of the diff, naming BASE."""
-        return [clean(f"ctmon: regression since {self.name}: {e['what']}") for e in doc["regressions"]]
+        # a recompile reason can hold PyTorch's stack trace: its first line is the reason
+        return [clean(f"ctmon: regression since {self.name}: {_first_line(e['what'])}") for e in doc["regressions"]]
 
 
-def read_baseline(command: str, baseline: str | None, fail_on: list[str]) -> Baseline | None:
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].rstrip() + (" (…)" if len(lines) > 1 else "") if lines else ""
+
+
+def read_baseline(command: str, baseline: str | None, fail_on: list[str], any_job: bool = False) -> Baseline | None:
     """``--baseline BASE`` read and ``--fail-on regression`` checked, before
-    anything runs or is printed (a bad baseline: one line, exit 2)."""
+    anything runs or is printed (a bad baseline: one line, exit 2).
+    ``any_job``: a baseline of another script is compared all the same."""
     fails = REGRESSION in fail_on
     if fails and baseline is None:
         raise CliError(f"{command}: --fail-on regression needs --baseline BASE (the run to compare with)")
+    if any_job and baseline is None:
+        raise CliError(f"{command}: --any-job goes with --baseline BASE (it compares a run of another script)")
     if baseline is None:
         return None
-    return Baseline(load_run(baseline, f"{command}: --baseline"), fails, command)
+    return Baseline(load_run(baseline, f"{command}: --baseline"), fails, command, any_job)
 
 
 def plain_budgets(fail_on: list[str]) -> list[str]:
@@ -155,12 +336,12 @@ def plain_budgets(fail_on: list[str]) -> list[str]:
 
 
 def check_same_job(command: str, base: RunSummary, job: list[str]) -> None:
-    """Before a job runs: it must be a run of the baseline's job."""
+    """Before a job runs: it must be a run of the baseline's job (unless --any-job)."""
     from ctmon.report.diff import same_job
 
     mismatch = same_job(base, {"command": job})
     if mismatch:
-        raise CliError(f"{command}: --baseline: {mismatch}")
+        raise CliError(f"{command}: --baseline: {mismatch} (--any-job compares them anyway)")
 
 
 def mark_new_findings(report: Report, doc: DiffDoc, base_name: str) -> Report:

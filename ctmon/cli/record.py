@@ -50,6 +50,7 @@ OPTIONS = [
         "starts; regressions since it are listed on stderr (ctmon diff BASE NEW)",
         metavar="BASE",
     ),
+    OptionSpec(("--any-job",), "any_job", help="with --baseline: compare with a run of another script too"),
     OptionSpec(
         ("--listen",),
         "listen",
@@ -86,8 +87,8 @@ def main(argv: list[str]) -> int:
         spec = joined_spec(check("record", join_pid))
     assert spec is not None
     # read before the job starts: a bad baseline is one line, and no job runs
-    baseline = read_baseline("record", parsed.text("baseline"), fail_on)
-    if baseline is not None:
+    baseline = read_baseline("record", parsed.text("baseline"), fail_on, parsed.flag("any_job"))
+    if baseline is not None and not baseline.any_job:
         check_same_job("record", baseline.run, spec.display())
     return run_headless(
         spec,

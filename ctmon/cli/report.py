@@ -11,7 +11,7 @@ from ctmon.cli.record import parse_budgets
 from ctmon.report import gate
 from ctmon.words.textsafe import clean
 
-HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...] [--baseline BASE]
+HELP = """usage: ctmon report FILE [FILE ...] [--json | --md] [--fail-on EXPR ...] [--baseline BASE [--any-job]]
 
 Summarise a recording made by 'ctmon record' or 'ctmon attach'. Several
 files: the recordings of one distributed job's nodes, merged into one report.
@@ -28,7 +28,9 @@ options:
               'regression' (with --baseline): exit 3 if anything regressed since BASE
   --baseline BASE
               compare with an earlier run (a recording or TORCH_TRACE dir) as 'ctmon diff
-              BASE FILE' does; its regressions are listed on stderr
+              BASE FILE' does; its regressions are listed on stderr (BASE: a directory
+              of one job's node recordings is merged)
+  --any-job   with --baseline: compare with a run of another script too
   -h, --help  show this help and exit
 """
 
@@ -38,6 +40,7 @@ def main(argv: list[str]) -> int:
     paths: list[str] = []
     budgets: list[str] = []
     baseline: str | None = None
+    any_job = False
     it = iter(argv)
     for a in it:
         if a in ("-h", "--help"):
@@ -56,6 +59,8 @@ def main(argv: list[str]) -> int:
             baseline = a.partition("=")[2] if "=" in a else next(it, None)
             if not baseline:
                 raise CliError("report: --baseline needs a recording or TORCH_TRACE directory")
+        elif a == "--any-job":
+            any_job = True
         elif a.startswith("-"):
             raise CliError(f"report: unknown option {a} (try: ctmon report --help)")
         else:
@@ -66,7 +71,7 @@ def main(argv: list[str]) -> int:
 
     checks = parse_budgets(plain_budgets(budgets))
     # the baseline first: a bad one is one line before any output
-    base = read_baseline("report", baseline, budgets)
+    base = read_baseline("report", baseline, budgets, any_job)
     from ctmon.cli.progress import reading
     from ctmon.read.merge import load_nodes
     from ctmon.report.build import build_report

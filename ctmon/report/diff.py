@@ -211,12 +211,15 @@ METHOD = {
 
 
 def _side(run: RunSummary) -> Side:
-    return {
+    side: Side = {
         "path": run.get("path"),
         "input": run.get("input"),
         "command": run.get("command"),
         "session_id": run.get("session_id"),
     }
+    if len(run.get("paths") or []) > 1:
+        side["paths"] = list(run.get("paths") or [])
+    return side
 
 
 # -- frames, recompiles, the limit

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 class StepBlocks(TypedDict):
     steady: int
     device_timed: NotRequired[bool]  # absent where no steady step was found
+    runs: NotRequired[int]  # a bench mode's runs whose p50/p90 are the samples (absent: the blocks are)
     p50_ms: float | None
     p90_ms: float | None
     blocks_p50_ms: list[float]
@@ -57,6 +58,7 @@ class CacheKeyRecord(TypedDict):
 
 class RunSummary(TypedDict):
     path: str
+    paths: NotRequired[list[str]]  # the recordings merged into this run, where it is several (a job's nodes)
     input: str
     command: list[str]
     cwd: str | None
@@ -130,6 +132,8 @@ class Side(TypedDict):
     input: str | None
     command: list[str] | None
     session_id: str | None
+    paths: NotRequired[list[str]]  # a run of several recordings (a job's nodes), merged
+    modes: NotRequired[list[str]]  # a bench output: the modes it holds
 
 
 class Verdicts(TypedDict):
@@ -143,4 +147,32 @@ class DiffDoc(Verdicts):
     diff_version: int
     base: Side
     new: Side
+    method: dict[str, str]
+
+
+class BenchEntry(DiffEntry):
+    mode: str  # the bench mode whose runs the entry compares
+
+
+class NotRead(TypedDict):
+    side: str  # "base" or "new"
+    mode: str
+    why: str
+
+
+class BenchDiffDoc(TypedDict):
+    """``ctmon diff BENCH_A BENCH_B --json``: one diff per mode both ran."""
+
+    diff_version: int
+    input: str  # "bench"
+    base: Side
+    new: Side
+    modes: dict[str, DiffDoc]
+    only_base: list[str]
+    only_new: list[str]
+    not_read: list[NotRead]
+    regressions: list[BenchEntry]
+    improvements: list[BenchEntry]
+    changed: list[BenchEntry]
+    unchanged: list[BenchEntry]
     method: dict[str, str]
