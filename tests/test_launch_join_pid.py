@@ -398,10 +398,11 @@ def test_refusals_are_one_line_and_leave_the_process_alone() -> None:
             _kill(p)
 
 
-def test_several_pids_and_a_launcher_are_refused_with_what_to_join() -> None:
-    """Joining several processes, or a launcher whose children are the ranks,
-    is not done yet: one line that names what can be joined."""
-    assert "takes one process id, not 2" in _refusal_text("123,456")
+def test_a_launcher_and_one_of_its_ranks_together_are_refused() -> None:
+    """A launcher's pid stands for its ranks (tests/test_launch_join_ranks.py):
+    naming one of them beside it names that process twice, one line, and
+    neither is touched."""
+    assert "needs a process id, or several separated by commas, not '123,'" in _refusal_text("123,")
     spawn_ranks = (
         "import os, subprocess, sys\n"
         "kids = [subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE,"
@@ -416,8 +417,11 @@ def test_several_pids_and_a_launcher_are_refused_with_what_to_join() -> None:
     try:
         assert launcher.stdout is not None
         ranks = sorted(int(p) for p in launcher.stdout.readline().split())
-        line = _refusal(launcher.pid)
-        assert f"children {ranks[0]}, {ranks[1]} have RANK set): join a rank with --pid {ranks[0]}" in line, line
+        line = _refusal_text(f"{launcher.pid},{ranks[1]}")
+        assert line == (
+            f"ctmon: record --pid: process {ranks[1]} is named twice: itself, and as a rank of launcher "
+            f"{launcher.pid}; name each process once\n"
+        ), line
         assert launcher.poll() is None
     finally:
         _kill(launcher)  # its children end when their stdin (the launcher's pipes) closes
@@ -458,3 +462,98 @@ def test_attach_pid_watches_then_leaves_the_job_running_when_quit(
         assert job.returncode == 3 and "threads ['MainThread']" in out
     finally:
         tm.kill()
+
+
+BLOCKED_JOB = textwrap.dedent(
+    """
+    import sys
+    import torch
+
+    @torch.compile(backend="eager")
+    def f(x):
+        return torch.sin(x) + 1
+
+    f(torch.randn(4))
+    print("ready", flush=True)
+    line = sys.stdin.readline()  # the main thread blocked in one call: a pending call waits for its return
+    f(torch.randn(4, 3))  # a recompile
+    print("got", line.strip(), flush=True)
+    print("bye", sys.stdin.readline().strip(), flush=True)
+    """
+)
+
+
+def _blocked_job(tmp_path: Path) -> subprocess.Popen[str]:
+    """A job past its first compile, its main thread blocked reading stdin."""
+    script = tmp_path / "blocked.py"
+    script.write_text(BLOCKED_JOB)
+    job = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert job.stdout is not None
+    try:
+        assert job.stdout.readline() == "ready\n", job.communicate()
+    except BaseException:
+        _kill(job)
+        raise
+    return job
+
+
+def _say_to(job: subprocess.Popen[str], line: str) -> None:
+    assert job.stdin is not None
+    job.stdin.write(line + "\n")
+    job.stdin.flush()
+
+
+@needs_gdb
+def test_a_job_blocked_in_one_call_joins_when_the_call_returns(tmp_path: Path) -> None:
+    job = _blocked_job(tmp_path)
+    rec = tmp_path / "blocked.jsonl"
+    ctmon = _ctmon("record", "-q", "--pid", str(job.pid), "-o", str(rec))
+    try:
+        held = lambda: any("gdb held it" in n["message"] for n in _kinds(rec, "note"))  # noqa: E731
+        _wait(lambda: held() or ctmon.poll() is not None, "gdb's scheduling of the agent")
+        assert ctmon.poll() is None and not _kinds(rec, "joined")  # scheduled, waiting for the read to return
+        _say_to(job, "one")
+        _wait(lambda: bool(_kinds(rec, "compile")) or ctmon.poll() is not None, "the recompile after the read")
+        assert len(_kinds(rec, "joined")) == 1
+        ctmon.send_signal(signal.SIGINT)
+        _, err = ctmon.communicate(timeout=WAIT_S)
+        assert ctmon.returncode == 0, err
+        _say_to(job, "two")
+        out, job_err = job.communicate(timeout=WAIT_S)
+    finally:
+        _kill(ctmon)
+        _kill(job)
+    assert (job.returncode, out) == (0, "got one\nbye two\n"), job_err
+
+
+@needs_gdb
+def test_a_job_that_never_runs_the_agent_is_left_as_it_was_and_ends_normally(tmp_path: Path) -> None:
+    """$CTMON_JOIN_TIMEOUT_S: how long ctmon waits for the job's main thread
+    (60 s unless said). The pending call, run when the read returns, finds no
+    ctmon to connect to and does nothing: the job goes on as a plain run."""
+    job = _blocked_job(tmp_path)
+    env = {**os.environ, "CTMON_JOIN_TIMEOUT_S": "2"}
+    try:
+        ctmon = _ctmon("record", "--pid", str(job.pid), "-o", str(tmp_path / "never.jsonl"), env=env)
+        try:
+            _, err = ctmon.communicate(timeout=40)  # well before the 60 s default
+        finally:
+            _kill(ctmon)
+        assert ctmon.returncode == 2 and err.splitlines() == [
+            f"ctmon: record --pid: process {job.pid} did not run ctmon's agent within 2 s (its main thread may be "
+            "blocked in one long call); it was left as it was"
+        ], err
+        assert job.poll() is None
+        _say_to(job, "one")
+        _say_to(job, "two")
+        out, job_err = job.communicate(timeout=WAIT_S)
+    finally:
+        _kill(job)
+    assert (job.returncode, out) == (0, "got one\nbye two\n"), job_err
+    assert "ctmon" not in job_err

@@ -33,15 +33,18 @@ MAX_COUNTER_KEYS = 50  # keys kept of each Dynamo counter group
 _agent: Agent | None = None  # the joined agent, while joined: a second join finds it
 
 
-def join(socket_path: str, session_dir: str) -> None:
-    """Start the agent in this (running) process; never raises, never prints."""
+def join(socket_path: str, session_dir: str, rank: int | None = None, world_size: int | None = None) -> None:
+    """Start the agent in this (running) process; never raises, never prints.
+
+    ``rank``: the rank ctmon numbered this process as, one of several plain
+    processes joined as one job's ranks (a launched rank says its own)."""
     try:
-        _join(socket_path, session_dir)
+        _join(socket_path, session_dir, rank, world_size)
     except BaseException:  # noqa: BLE001 - a pending call must not raise into the job
         pass
 
 
-def _join(socket_path: str, session_dir: str) -> None:
+def _join(socket_path: str, session_dir: str, rank: int | None = None, world_size: int | None = None) -> None:
     from ctmon.agent import boot
 
     if boot.running() or _agent is not None:
@@ -54,9 +57,26 @@ def _join(socket_path: str, session_dir: str) -> None:
     agent.trace_level_before = trace_level
     _seed_strings(agent)
     globals()["_agent"] = agent
+    if rank is not None:
+        _claim_rank(agent, rank, world_size)
     agent.channel.put(("call", lambda: [joined_event()]), True)
     agent.leave_requested = _LeaveWatch(agent.channel)
     agent.on_leave = lambda: leave(agent)
+
+
+def _claim_rank(agent: Agent, rank: int, world_size: int | None) -> None:
+    """Say the rank ctmon gave this process, as a process that learns its
+    rank after its hello does (the supervisor moves its steps to it); a
+    process group it initialises later does not change it."""
+    from ctmon.agent.process_event import process_event
+    from ctmon.agent.rank_info import RankInfo
+
+    hooks = agent._periodic_hooks
+    if agent._rank_once_initialised in hooks:
+        hooks.remove(agent._rank_once_initialised)
+    agent.channel.rank = rank
+    said = process_event(agent.anchor_ns, agent.anchor_wall, RankInfo(rank, world_size, None))
+    agent.channel.put(("call", lambda: [said]), True)
 
 
 def _seed_strings(agent: Agent) -> None:

@@ -43,7 +43,7 @@ OPTIONS = [
     ),
     PID_OPTION,
 ]
-USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon attach [options] --pid PID"
+USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon attach [options] --pid PID[,PID...]"
 DESCRIPTION = (
     "Run a Python job under ctmon and watch compiles, graph breaks, caches and step times live.\n"
     "Of ctmon record's options -o and --metrics-port apply here; --fail-on, --listen and -q are\n"
@@ -74,10 +74,10 @@ def _attach_pid(pid_text: str, output: str | None, headless: bool) -> int:
     from ctmon.cli import join_pid
     from ctmon.cli.record import main as record_main
 
-    pid = join_pid.parse_pid("attach", pid_text)
+    pids = join_pid.parse_pids("attach", pid_text)
     if headless:
-        return record_main(["--pid", str(pid), *(["-o", output] if output else [])])
-    return join_pid.attach_pid(pid, output)
+        return record_main(["--pid", ",".join(str(p) for p in pids), *(["-o", output] if output else [])])
+    return join_pid.attach_pid(pids, output)
 
 
 def stop_grace(value: str | None) -> float:

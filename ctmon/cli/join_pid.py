@@ -24,41 +24,79 @@ PID_OPTION = OptionSpec(
     ("--pid",),
     "pid",
     True,
-    help="join the running Python process PID instead of starting a job; leave it running on exit (Linux, needs gdb)",
+    help="join the running Python process PID (PID,PID,...: one job's ranks; a launcher's pid: its ranks) instead of "
+    "starting a job; leave them running on exit (Linux, needs gdb)",
     metavar="PID",
 )
 SESSION_WAIT_S = 90.0  # attach --pid: gdb's join plus the supervisor's start
 RECORD_END_WAIT_S = 20.0  # attach --pid: the agent's leave and the recording's end
 
 
-def parse_pid(command: str, text: str) -> int:
-    parts = text.split(",")
-    if len(parts) > 1 and all(p.strip().isdigit() for p in parts):
-        raise UsageError(
-            f"{command}: --pid takes one process id, not {len(parts)}: joining several at once is not supported yet; "
-            "run one ctmon record --pid per process"
-        )
-    if not text.isdigit() or int(text) <= 0:
-        raise UsageError(f"{command}: --pid needs a process id, not '{text}'")
-    return int(text)
+def parse_pids(command: str, text: str) -> list[int]:
+    """``--pid``'s process ids: one, or several separated by commas."""
+    parts = [p.strip() for p in text.split(",")]
+    pids: list[int] = []
+    for part in parts:
+        if not part.isdigit() or int(part) <= 0:
+            raise UsageError(f"{command}: --pid needs a process id, or several separated by commas, not '{text}'")
+        if int(part) in pids:
+            raise UsageError(f"{command}: --pid names process {int(part)} twice: name each process once")
+        pids.append(int(part))
+    return pids
 
 
-def check(command: str, pid: int) -> Target:
-    """The process to join, or one line that says why not (exit 2)."""
-    from ctmon.launch.join_target import JoinRefused, check_joinable
+def check(command: str, pids: list[int]) -> list[Target]:
+    """The processes to join, every one checked before any is touched (a
+    launcher stands for its ranks), or one line that says why not (exit 2)."""
+    from ctmon.launch.join_target import JoinRefused, join_targets
 
     try:
-        return check_joinable(pid)
+        targets = join_targets(pids)
     except JoinRefused as e:
         raise UsageError(f"{command} --pid: {e}") from None
+    launched = [p for p in pids if p not in {t.pid for t in targets}]
+    if launched:
+        joined = ", ".join(str(t.pid) for t in targets)
+        whose = "launcher " + ", ".join(str(p) for p in launched)
+        sys.stderr.write(
+            f"ctmon: joining the ranks of {whose}: processes {joined} (the launcher itself is not joined)\n"
+        )
+    return targets
 
 
-def join_failure(events: list[Any]) -> str | None:
-    """An error the join itself reported (already monitored, never ran)."""
-    for ev in events:
-        if getattr(ev, "source", None) == "join" and getattr(ev, "level", None) == "error":
-            return str(ev.message)
-    return None
+def ranks_of(targets: list[Target]) -> list[int] | None:
+    """The ranks ctmon gives the processes (join_target.ranks_given; checked already)."""
+    from ctmon.launch.join_target import ranks_given
+
+    return ranks_given(targets)
+
+
+def join_errors(events: list[Any]) -> list[str]:
+    """The errors the join itself reported (already monitored, never ran)."""
+    return [
+        str(ev.message)
+        for ev in events
+        if getattr(ev, "source", None) == "join" and getattr(ev, "level", None) in ("error", "warning")
+    ]
+
+
+def join_failure(events: list[Any], recording: str) -> str | None:
+    """Why nothing was joined, where no process ran ctmon's agent (one of
+    several that did not is said, and the others' recording stands)."""
+    errors = join_errors(events)
+    if not errors or _joined_before(recording) is not None:
+        return None
+    return errors[0]
+
+
+def left_running(pids: list[int]) -> list[str]:
+    """What ``record --pid`` says at its end of the processes still running."""
+    from ctmon.launch.runtime import alive
+
+    running = [str(p) for p in pids if alive(p)]
+    if len(running) > 1:
+        return [f"ctmon: left processes {', '.join(running)} running, as they were before ctmon joined"]
+    return [f"ctmon: left process {p} running, as it was before ctmon joined" for p in running]
 
 
 def before_lines(recording: str) -> list[str]:
@@ -86,15 +124,16 @@ def _joined_before(recording: str) -> dict[str, Any] | None:
     return None
 
 
-def attach_pid(pid: int, output: str | None) -> int:
-    """The TUI on a joined process: ``ctmon record --pid`` runs detached (the
+def attach_pid(pids: list[int], output: str | None) -> int:
+    """The TUI on joined processes: ``ctmon record --pid`` runs detached (the
     recording survives the viewer), the viewer follows it, and quitting the
-    viewer asks it to leave the process (SIGINT), which runs on."""
+    viewer asks it to leave the processes (SIGINT), which run on."""
     from ctmon.launch import runtime
 
-    check("attach", pid)
-    log_path = os.path.join(runtime.runtime_dir(), f"join-{pid}-{os.getpid()}.log")
-    argv = [sys.executable, "-m", "ctmon", "record", "-q", "--pid", str(pid)]
+    targets = check("attach", pids)
+    first = targets[0].pid  # the session's job pid (launch/join.py)
+    log_path = os.path.join(runtime.runtime_dir(), f"join-{first}-{os.getpid()}.log")
+    argv = [sys.executable, "-m", "ctmon", "record", "-q", "--pid", ",".join(str(p) for p in pids)]
     if output:
         argv += ["-o", output]
     with open(log_path, "w+b") as log:
@@ -102,14 +141,14 @@ def attach_pid(pid: int, output: str | None) -> int:
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
         )
         try:
-            session = _wait_session(pid, proc)
+            session = _wait_session(first, proc)
             if session is None:
                 proc.wait(timeout=RECORD_END_WAIT_S)
                 raise CliError(f"attach --pid: {runtime.last_line(log) or 'ctmon could not join'}", 2)
             _watch(session)
         finally:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # leave the process: it runs on
+                proc.send_signal(signal.SIGINT)  # leave the processes: they run on
                 try:
                     proc.wait(timeout=RECORD_END_WAIT_S)
                 except subprocess.TimeoutExpired:
@@ -118,7 +157,11 @@ def attach_pid(pid: int, output: str | None) -> int:
         os.unlink(log_path)
     except OSError:
         pass
-    sys.stderr.write(f"ctmon: left process {pid} running; its recording: {session.get('recording')}\n")
+    left = [str(t.pid) for t in targets if runtime.alive(t.pid)]
+    noun = "processes" if len(left) > 1 else "process"
+    sys.stderr.write(
+        f"ctmon: left {noun} {', '.join(left) or first} running; its recording: {session.get('recording')}\n"
+    )
     return 0
 
 

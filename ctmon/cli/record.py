@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
 from ctmon.cli.diff import Baseline, check_same_job, plain_budgets, read_baseline, regression_failure
-from ctmon.cli.join_pid import PID_OPTION, before_lines, check, join_failure, parse_pid
+from ctmon.cli.join_pid import (
+    PID_OPTION,
+    before_lines,
+    check,
+    join_errors,
+    join_failure,
+    left_running,
+    parse_pids,
+    ranks_of,
+)
 from ctmon.launch import runtime
 from ctmon.launch.sockets import parse_listen
 from ctmon.launch.spec import JobSpec, UsageError, check_not_target, check_writable
@@ -67,7 +76,7 @@ OPTIONS = [
     ),
     PID_OPTION,
 ]
-USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon record [options] --pid PID"
+USAGE = "ctmon record [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon record [options] --pid PID[,PID...]"
 DESCRIPTION = "Run a Python job headless under ctmon's hook and record its compile and step events."
 
 
@@ -81,10 +90,11 @@ def main(argv: list[str]) -> int:
     listen = check_listen(parsed.text("listen"))
     metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None)
     pid_text = parsed.text("pid")
-    spec, join_pid = parsed.spec, None
+    spec, join_pid, join_ranks = parsed.spec, None, None
     if pid_text is not None:
-        join_pid = parse_pid("record", pid_text)
-        spec = joined_spec(check("record", join_pid))
+        targets = check("record", parse_pids("record", pid_text))
+        join_pid, join_ranks = [t.pid for t in targets], ranks_of(targets)
+        spec = joined_spec(targets[0])
     assert spec is not None
     # read before the job starts: a bad baseline is one line, and no job runs
     baseline = read_baseline("record", parsed.text("baseline"), fail_on, parsed.flag("any_job"))
@@ -99,6 +109,7 @@ def main(argv: list[str]) -> int:
         metrics=metrics,
         join_pid=join_pid,
         baseline=baseline,
+        join_ranks=join_ranks,
     )
 
 
@@ -153,8 +164,9 @@ def run_headless(
     budgets: list[gate.Budget] | None = None,
     listen: str | None = None,
     metrics: str | None = None,
-    join_pid: int | None = None,
+    join_pid: list[int] | None = None,
     baseline: Baseline | None = None,
+    join_ranks: list[int] | None = None,
 ) -> int:
     # imported here: the job's interpreter was checked (torch, the script)
     # before anything heavier than the standard library is loaded; and
@@ -182,6 +194,7 @@ def run_headless(
                 metrics=metrics,
                 new_files=output is None,
                 join_pid=join_pid,
+                join_ranks=join_ranks,
             ),
         )
         join_notes: list[Any] = []
@@ -199,14 +212,15 @@ def run_headless(
         shutil.rmtree(sdir, ignore_errors=True)
     if join_pid is None:
         return conclude(sup, info, output or recording, quiet, budgets or [], baseline)
-    failure = join_failure(join_notes)
+    failure = join_failure(join_notes, recording)
     if failure is not None:
         raise UsageError(f"record --pid: {failure}")
+    _say_all([f"ctmon: {why}" for why in join_errors(join_notes)])  # some processes were not joined
     code = conclude(sup, info, output or recording, quiet, budgets or [], baseline)
     if not quiet:
         _say_all(before_lines(recording))
-    if not quiet and runtime.alive(join_pid):
-        _say(f"ctmon: left process {join_pid} running, as it was before ctmon joined")
+    if not quiet:
+        _say_all(left_running(join_pid))
     return code if code in (gate.BUDGET_EXIT, gate.RECORDING_EXIT) else 0  # the job's status is not ctmon's
 
 

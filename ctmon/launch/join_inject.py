@@ -20,9 +20,10 @@ GDB_TIMEOUT_S = 60.0  # gdb reading a big process's symbols on a busy machine
 PAGE = 4096
 
 
-def bootstrap_code(socket_path: str, session_dir: str) -> str:
+def bootstrap_code(socket_path: str, session_dir: str, rank: int | None = None, world_size: int | None = None) -> str:
     """What the job's main thread runs: ctmon's agent, imported from where
-    this ctmon is, without a trace in ``__main__``'s names or ``sys.path``."""
+    this ctmon is, without a trace in ``__main__``'s names or ``sys.path``;
+    ``rank`` where ctmon numbers the processes it joins (join_target.ranks_given)."""
     inner = (
         "import sys\n"
         f"root = {CTMON_PARENT!r}\n"
@@ -40,7 +41,7 @@ def bootstrap_code(socket_path: str, session_dir: str) -> str:
         "        except ValueError:\n"
         "            pass\n"
         "if join is not None:\n"
-        f"    join({socket_path!r}, {session_dir!r})\n"
+        f"    join({socket_path!r}, {session_dir!r}, {rank!r}, {world_size!r})\n"
     )
     # One expression: PyRun_SimpleString runs in __main__'s namespace, and
     # an exec in a fresh dict leaves it as it was. Hex: no quoting for gdb.

@@ -21,12 +21,16 @@ class JoinRefused(Exception):
     """One line for the user: why ctmon does not join this process, and what to do."""
 
 
+JOINED_PIDS = "joined_pids"  # in a joining session's directory: every process it joined, one pid a line
+
+
 @dataclass
 class Target:
     pid: int
     exe: str
     argv: list[str]
     cwd: str
+    rank: int | None = None  # the rank its launcher gave it (RANK and WORLD_SIZE in its environment)
 
 
 def check_joinable(pid: int) -> Target:
@@ -67,7 +71,72 @@ def check_joinable(pid: int) -> Target:
     if shutil.which("gdb") is None:
         raise JoinRefused("joining a running process needs gdb: apt-get install gdb (or your system's package manager)")
     _check_ptrace_scope(pid)
-    return Target(pid, exe or "", argv, _read_link(f"{proc}/cwd") or "/")
+    return Target(pid, exe or "", argv, _read_link(f"{proc}/cwd") or "/", launched_rank_of(pid))
+
+
+def join_targets(pids: list[int]) -> list[Target]:
+    """Every process ``--pid`` names, checked before any is touched: a
+    launcher (torchrun, or any process whose children have RANK set and
+    which has none itself) stands for those children; a pid named twice,
+    directly or through its launcher, is refused."""
+    targets: list[Target] = []
+    named: dict[int, int] = {}  # a joined pid -> the pid the user named for it
+    for pid in pids:
+        workers = _rank_children(pid) if pid > 0 and os.path.isdir(f"/proc/{pid}") else []
+        for member in workers or [pid]:
+            if member in named:
+                raise JoinRefused(_twice(member, named[member], pid))
+            named[member] = pid
+            targets.append(check_joinable(member))
+    ranks_given(targets)  # a mix that cannot be one job's ranks is refused here
+    return targets
+
+
+def _twice(pid: int, first: int, second: int) -> str:
+    if first == second == pid:
+        return f"process {pid} is named twice: name each process once"
+    launcher = first if first != pid else second
+    return f"process {pid} is named twice: itself, and as a rank of launcher {launcher}; name each process once"
+
+
+def launcher_workers(pid: int) -> list[int]:
+    """The rank processes ``--pid`` of this launcher joins (none: it is no launcher)."""
+    return _rank_children(pid)
+
+
+def ranks_given(targets: list[Target]) -> list[int] | None:
+    """The ranks ctmon gives the processes it joins, or None where each
+    says its own: every process a launcher started (RANK set) keeps its
+    rank; several plain processes are ranks 0, 1, ... in the order named
+    (the order the user wrote is the one they expect to see). A mix, or two
+    processes with the same RANK, are not one job's ranks: refused."""
+    own = [t.rank for t in targets]
+    if len(targets) == 1 or all(r is None for r in own):
+        return None if len(targets) == 1 else list(range(len(targets)))
+    if any(r is None for r in own):
+        ranked = next(t for t in targets if t.rank is not None)
+        plain = next(t for t in targets if t.rank is None)
+        raise JoinRefused(
+            f"process {ranked.pid} is rank {ranked.rank} of a launched job and process {plain.pid} is no rank: "
+            "join them in separate ctmon sessions"
+        )
+    seen: dict[int | None, int] = {}
+    for t in targets:
+        if t.rank in seen:
+            raise JoinRefused(
+                f"processes {seen[t.rank]} and {t.pid} are both rank {t.rank}: they are ranks of different jobs; "
+                "join each job in its own ctmon session"
+            )
+        seen[t.rank] = t.pid
+    return None
+
+
+def launched_rank_of(pid: int) -> int | None:
+    """The rank a launcher gave the process, read as its agent reads it
+    (ctmon/agent/rank_info.py: RANK and WORLD_SIZE both set)."""
+    env = dict(v.split("=", 1) for v in _read_list(f"/proc/{pid}/environ") if "=" in v)
+    rank, world = env.get("RANK", ""), env.get("WORLD_SIZE", "")
+    return int(rank) if rank.isdigit() and world.isdigit() else None
 
 
 def _state(pid: int) -> str:
@@ -143,9 +212,18 @@ def _joined_session(pid: int) -> dict[str, object] | None:
     from ctmon.launch.runtime import list_sessions
 
     for s in list_sessions(clean=False):
-        if s.get("job_pid") == pid:
+        if s.get("job_pid") == pid or pid in _joined_pids(str(s.get("session_dir") or "")):
             return s
     return None
+
+
+def _joined_pids(session_dir: str) -> list[int]:
+    """The processes a session joined besides its first (``--pid`` of several)."""
+    try:
+        with open(os.path.join(session_dir, JOINED_PIDS)) as f:
+            return [int(line) for line in f if line.strip().isdigit()]
+    except OSError:
+        return []
 
 
 def _check_ptrace_scope(pid: int) -> None:

@@ -75,7 +75,8 @@ class SupervisorOptions:
     new_files: bool = False  # ctmon chose the names: create them, never reuse what is there
     adopt_pid: int | None = None  # a running process that called ctmon.install(): not started here
     metrics: str | None = None  # "[HOST:]PORT": serve Prometheus metrics there (ctmon/launch/metrics.py)
-    join_pid: int | None = None  # a running process to join (--pid): not started here (ctmon/launch/join.py)
+    join_pid: int | list[int] | None = None  # running processes to join (--pid): not started here (launch/join.py)
+    join_ranks: list[int] | None = None  # the ranks ctmon gives them; None: each says its own (join_target.py)
 
 
 class SupervisorError(Exception):
@@ -101,7 +102,7 @@ class Supervisor:
         self.recorder = Recorder(opts.recording, opts.output_log, opts.new_files)
         self.job: Job | AdoptedJob
         if opts.join_pid is not None:
-            self.job = JoinedJob(opts.join_pid, self.sel, self._emit)
+            self.job = JoinedJob(opts.join_pid, self.sel, self._emit, opts.join_ranks)
         elif opts.adopt_pid is not None:
             self.job = AdoptedJob(opts.adopt_pid, self.sel, self._emit)
         else:
