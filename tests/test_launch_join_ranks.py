@@ -209,6 +209,8 @@ def test_two_processes_are_ranks_0_and_1_and_leaving_leaves_both_running(
     holds = [n for n in _notes(rec) if "gdb held it" in n]
     assert len(holds) == 2 and f"process {a.pid} (rank 0)" in holds[0] and f"process {b.pid} (rank 1)" in holds[1]
     assert any(n.startswith("joined 2 processes: gdb held them") for n in _notes(rec))
+    # the samples are the whole job's: both processes, not the first named alone
+    assert max(e.get("procs") or 0 for e in _kinds(rec, "sample")) == 2
 
     # both ran on, ctmon gone from them, to their normal end
     assert a.poll() is None and b.poll() is None

@@ -317,3 +317,31 @@ def test_the_watch_list_fits_an_80_column_terminal(monkeypatch) -> None:  # type
     monkeypatch.setattr("sys.stdout", piped)
     watch._print_list(sessions, as_json=False)
     assert piped.getvalue().splitlines()[1].endswith(" ".join(long_cmd))
+
+
+def test_the_sampler_counts_every_process_of_a_job_joined_by_several_pids() -> None:
+    """``--pid A,B``: the CPU, tree memory and the GPU's process list are the
+    whole job's, each process's tree, not the first one's alone."""
+    from ctmon.samplers.process import ProcessSampler
+
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import sys; sys.stdin.read()']); sys.stdin.read()"
+    first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    second = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        sampler = ProcessSampler(first.pid, also=[second.pid])
+        deadline = time.monotonic() + 60
+        sample: dict[str, object] = {}
+        while time.monotonic() < deadline:  # the second's child may not have started yet
+            sample = sampler.sample()
+            if sample.get("procs") == 3:
+                break
+            time.sleep(0.02)
+        assert sample.get("procs") == 3, sample  # the first, the second, and the second's child
+        assert second.pid in sampler.tree_pids() and first.pid in sampler.tree_pids()
+        assert ProcessSampler(first.pid).sample()["procs"] == 1  # without ``also``: the first's tree alone
+    finally:
+        for p in (first, second):
+            assert p.stdin is not None
+            p.stdin.close()
+        for p in (first, second):
+            p.wait(timeout=60)

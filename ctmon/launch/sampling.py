@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -12,14 +12,17 @@ from ctmon.wire import events as E
 from ctmon.wire.event_base import Event
 
 
-def run_samplers(pid: int, interval: float, stop: threading.Event, put: Callable[[Event], None]) -> None:
-    """The sampler thread: the job's processes and the GPUs, once each
-    ``interval`` until ``stop`` is set, each sample handed to ``put``."""
+def run_samplers(
+    pid: int, interval: float, stop: threading.Event, put: Callable[[Event], None], also: Sequence[int] = ()
+) -> None:
+    """The sampler thread: the job's processes (``pid``'s tree, and ``also``'s:
+    a job joined by several pids) and the GPUs, once each ``interval`` until
+    ``stop`` is set, each sample handed to ``put``."""
     try:
         from ctmon.samplers.gpu import GpuSampler
         from ctmon.samplers.process import ProcessSampler
 
-        procs = ProcessSampler(pid)
+        procs = ProcessSampler(pid, also)
         gpus = GpuSampler()
     except Exception as e:  # psutil missing or broken: no samples, job unaffected
         message = f"system sampling disabled: {type(e).__name__}: {e}"

@@ -333,7 +333,9 @@ class Supervisor:
     # --------------------------------------------------------------- sampler
     def _sample_loop(self) -> None:
         assert self.job.proc is not None
-        run_samplers(self.job.proc.pid, self.opts.sample_interval, self._stop_sampler, self._take_sample)
+        # a job joined by several pids: every one's tree (its first is job.proc)
+        also = [m.pid for m in self.job.members[1:]] if isinstance(self.job, JoinedJob) else []
+        run_samplers(self.job.proc.pid, self.opts.sample_interval, self._stop_sampler, self._take_sample, also)
 
     def _take_sample(self, ev: Event) -> None:
         """On the sampler thread: the event into the inbox, the loop woken."""

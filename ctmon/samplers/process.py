@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -9,7 +10,11 @@ if TYPE_CHECKING:
 
 
 class ProcessSampler:
-    def __init__(self, pid: int) -> None:
+    """The process ``pid`` (its rss and threads) and its tree; with ``also``
+    (the other processes of a job ctmon joined by several pids), their trees
+    too, in the CPU, tree memory and GPU figures."""
+
+    def __init__(self, pid: int, also: Sequence[int] = ()) -> None:
         import psutil
 
         self._psutil = psutil
@@ -21,6 +26,12 @@ class ProcessSampler:
             self._root.cpu_percent(None)  # prime: the first call returns 0.0
         except psutil.Error:
             self._root = None
+        self._others: list[psutil.Process] = []
+        for other in also:
+            try:
+                self._others.append(psutil.Process(other))
+            except psutil.Error:
+                continue  # gone already: nothing of it to sample
         psutil.cpu_percent(None)
 
     def tree_pids(self) -> list[int]:
@@ -32,13 +43,16 @@ class ProcessSampler:
         root = self._root
         if root is None:
             return out
-        try:
-            kids = root.children(recursive=True)
-        except ps.Error:
-            kids = []
         procs = {root.pid: root}
-        for k in kids:
-            procs[k.pid] = self._procs.get(k.pid, k)
+        for top in (root, *self._others):
+            try:
+                kids = top.children(recursive=True)
+            except ps.Error:
+                kids = []
+            if top is not root:
+                procs[top.pid] = self._procs.get(top.pid, top)
+            for k in kids:
+                procs[k.pid] = self._procs.get(k.pid, k)
         cpu = 0.0
         rss = 0
         tree_rss = 0
