@@ -557,3 +557,36 @@ def test_a_job_that_never_runs_the_agent_is_left_as_it_was_and_ends_normally(tmp
         _kill(job)
     assert (job.returncode, out) == (0, "got one\nbye two\n"), job_err
     assert "ctmon" not in job_err
+
+
+# What gdb 13.1 printed joining a CUDA job on an H200 host (recent Intel
+# Xeon): attached, but every call into the process failed; gdb 16.3 joined it.
+XSTATE_GDB = """#!/bin/sh
+echo '0x00007fafa42ecbdf in clock_nanosleep () from /lib/x86_64-linux-gnu/libc.so.6'
+echo 'ctmon-buf ctmon-rc [Inferior 1 (process 1569) detached]'
+echo "Couldn't write extended state status: Bad address." >&2
+echo "Value can't be converted to integer." >&2
+echo 'Invalid cast.' >&2
+"""
+
+
+def test_a_gdb_that_cannot_call_into_the_process_is_one_line_naming_the_cause(tmp_path: Path) -> None:
+    """The first error gdb printed is the cause (the later ones follow from
+    it), and gdb's known failure on recent Xeons says what to do; the process
+    is left running."""
+    from ctmon.launch.join_inject import gdb_failure
+
+    fake = tmp_path / "bin" / "gdb"
+    fake.parent.mkdir()
+    fake.write_text(XSTATE_GDB)
+    fake.chmod(0o755)
+    quiet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        line = _refusal(quiet.pid, {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+        assert f"gdb could not call into process {quiet.pid} (Couldn't write extended state status)" in line, line
+        assert "install a newer gdb" in line and "\n" not in line.strip()
+        assert quiet.poll() is None
+    finally:
+        _kill(quiet)
+    other = "warning: Could not load shared library symbols\nNo symbol table is loaded.\nValue can't be converted."
+    assert gdb_failure(7, other) == "gdb could not schedule ctmon in process 7: No symbol table is loaded."

@@ -173,6 +173,25 @@ def inject(pid: int, code: str) -> float:
         raise JoinRefused(f"no process {pid}")
     match = re.search(r"ctmon-rc (-?\d+)", out)
     if match is None or match.group(1) != "0" or "ctmon-buf 0xffffffffffffffff" in out:
-        last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "no output")
-        raise JoinRefused(f"gdb could not schedule ctmon in process {pid}: {last.strip()[:200]}")
+        raise JoinRefused(gdb_failure(pid, done.stderr or out))
     return held
+
+
+# gdb 12 and 13 fail every call into a process on recent Intel Xeons (their
+# AMX registers: gdb cannot restore the extended state it saved), before the
+# call runs; the process goes on as it was. Seen with gdb 13.1 on an H200
+# host, where gdb 16.3 joins the same process.
+XSTATE_FAILURE = "Couldn't write extended state status"
+
+
+def gdb_failure(pid: int, said: str) -> str:
+    """The line for a gdb that attached but did not schedule ctmon: the
+    first error gdb printed (later ones follow from it), never a warning."""
+    if XSTATE_FAILURE in said:
+        return (
+            f"gdb could not call into process {pid} ({XSTATE_FAILURE}): this gdb cannot restore this CPU's "
+            "extended registers (gdb 13 and older on recent Intel Xeons); install a newer gdb (16 works) and join again"
+        )
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip() and not ln.lower().startswith("warning")]
+    first = next((ln for ln in lines if not ln.startswith(("[", "ctmon-", "0x"))), lines[-1] if lines else "no output")
+    return f"gdb could not schedule ctmon in process {pid}: {first[:200]}"
