@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 
 from ctmon.cli import CliError
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
+from ctmon.cli.diff import live_baseline, since_base, title_new_findings
 from ctmon.cli.join_pid import PID_OPTION
 from ctmon.cli.record import check_metrics, metrics_url, run_headless
 from ctmon.launch.spec import JobSpec, check_not_target, check_writable
 
 if TYPE_CHECKING:
+    from ctmon.cli.diff import Baseline
     from ctmon.store import Session
     from ctmon.tui.app import AppResult
 
@@ -42,6 +44,15 @@ OPTIONS = [
         metavar="ADDR",
     ),
     PID_OPTION,
+    OptionSpec(
+        ("--baseline",),
+        "baseline",
+        True,
+        help="mark each finding new since BASE, an earlier run of the job (a recording or TORCH_TRACE dir), "
+        "read before the job starts; without the TUI, as 'ctmon record --baseline'",
+        metavar="BASE",
+    ),
+    OptionSpec(("--any-job",), "any_job", help="with --baseline: compare with a run of another script too"),
 ]
 USAGE = "ctmon attach [options] SCRIPT|-m MODULE [ARGS...]  |  ctmon attach [options] --pid PID[,PID...]"
 DESCRIPTION = (
@@ -57,15 +68,19 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(format_help(USAGE, DESCRIPTION, OPTIONS))
         return 0
     pid_text = parsed.text("pid")
+    if pid_text is not None and parsed.text("baseline") is not None:
+        raise CliError("attach: --baseline goes with a SCRIPT or -m MODULE, not with --pid")
     if pid_text is not None:
         return _attach_pid(pid_text, parsed.text("output"), parsed.flag("no_tui") or not _interactive())
     assert parsed.spec is not None
     output = parsed.text("output")
     grace = stop_grace(parsed.text("stop_grace"))
     metrics = check_metrics(parsed.text("metrics_port") or os.environ.get("CTMON_METRICS_PORT") or None, "attach")
+    # read before the job starts: a bad baseline is one line, and no job runs
+    base = live_baseline("attach", parsed.text("baseline"), parsed.flag("any_job"), parsed.spec.display())
     if parsed.flag("no_tui") or not _interactive():
-        return run_headless(parsed.spec, output, metrics=metrics)
-    return run_tui(parsed.spec, output, grace, metrics)
+        return run_headless(parsed.spec, output, metrics=metrics, baseline=base)
+    return run_tui(parsed.spec, output, grace, metrics, base)
 
 
 def _attach_pid(pid_text: str, output: str | None, headless: bool) -> int:
@@ -107,7 +122,13 @@ def _interactive() -> bool:
         return False
 
 
-def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metrics: str | None = None) -> int:
+def run_tui(
+    spec: JobSpec,
+    output: str | None,
+    grace: float | None = None,
+    metrics: str | None = None,
+    base: Baseline | None = None,
+) -> int:
     from ctmon.launch.daemon import DaemonError, start_detached
     from ctmon.read.feeds import FeedError, SocketFeed
 
@@ -138,10 +159,11 @@ def run_tui(spec: JobSpec, output: str | None, grace: float | None = None, metri
         title=" ".join(spec.display()),
         stop_grace=stop_grace(None) if grace is None else grace,
     )
+    app.ctx.since = since_base(base) if base is not None else None
     result = run_app(app)
     feed.close()
     # paths as the user gave them (-o FILE); ctmon's own default, in full
-    return report_after(result, d.recording, metrics, d.output_log, output)
+    return report_after(result, d.recording, metrics, d.output_log, output, base)
 
 
 def report_after(
@@ -150,6 +172,7 @@ def report_after(
     metrics: str | None = None,
     output_log: str | None = None,
     given: str | None = None,
+    base: Baseline | None = None,
 ) -> int:
     """What the terminal shows once the TUI has given it back: for a job
     that failed, its traceback and where its whole output is (as ``python
@@ -177,7 +200,10 @@ def report_after(
         return 0
     lines = failure_lines(session, _log_shown(output_log, given))
     try:
-        lines += summary_lines(build_report(session), shown)
+        report = build_report(session)
+        since = base.diff(recording, session, report) if base is not None else None
+        said = title_new_findings(report, since, base.name) if base is not None and since is not None else report
+        lines += summary_lines(said, shown) + (base.lines(since) if base is not None and since is not None else [])
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
     except OSError:

@@ -13,9 +13,10 @@ from ctmon.cli import CliError
 from ctmon.words.textsafe import clean
 
 if TYPE_CHECKING:
+    from ctmon.findings.since_base import BaseFacts, NewPlace, SinceBase
     from ctmon.read.inputs import Input
-    from ctmon.report.diff_model import BenchDiffDoc, DiffDoc, DiffEntry, NotRead, RunSummary, Side, StepBlocks
-    from ctmon.report.model import Finding, Report
+    from ctmon.report.diff_model import BenchDiffDoc, DiffDoc, NotRead, RunSummary, Side, StepBlocks
+    from ctmon.report.model import Finding, MarkedFinding, Report
     from ctmon.store import Session
 
 HELP = """usage: ctmon diff BASE NEW [--json | --md] [--fail] [--any-job]
@@ -330,6 +331,23 @@ def read_baseline(command: str, baseline: str | None, fail_on: list[str], any_jo
     return Baseline(load_run(baseline, f"{command}: --baseline"), fails, command, any_job)
 
 
+def live_baseline(command: str, baseline: str | None, any_job: bool, job: list[str] | None) -> Baseline | None:
+    """``--baseline BASE`` of a live screen (``attach``, ``replay``), read
+    before the job starts or the screen opens: a bad one is one line, exit
+    2; a run of another script than ``job`` too, unless ``any_job``."""
+    base = read_baseline(command, baseline, [], any_job)
+    if base is not None and job is not None and not any_job:
+        check_same_job(command, base.run, job)
+    return base
+
+
+def since_base(base: Baseline) -> SinceBase:
+    """BASE as the screen compares its findings with it (ctmon/findings/since_base.py)."""
+    from ctmon.findings.since_base import SinceBase
+
+    return SinceBase(base_facts(base.run, base.name))
+
+
 def plain_budgets(fail_on: list[str]) -> list[str]:
     """The ``--fail-on`` expressions that are budgets, not ``regression``."""
     return [b for b in fail_on if b != REGRESSION]
@@ -344,29 +362,81 @@ def check_same_job(command: str, base: RunSummary, job: list[str]) -> None:
         raise CliError(f"{command}: --baseline: {mismatch} (--any-job compares them anyway)")
 
 
-def mark_new_findings(report: Report, doc: DiffDoc, base_name: str) -> Report:
-    """The report with each finding whose evidence is new since BASE saying
-    so first in its evidence, for the text output only (the JSON stays the
-    report's own). A finding's evidence is new where it is at the place of a
-    graph break or recompile-limit hit BASE had not, or at the frame of a
-    new recompile whose reason it quotes."""
-    from ctmon.report.diff import is_new_since_base, relative
+def new_places(doc: DiffDoc) -> list[NewPlace]:
+    """The diff's regressions that NEW's findings can be at: break sites,
+    limit hits and recompile reasons NEW has and BASE had not."""
+    from ctmon.findings.since_base import MARKED_KINDS, RECOMPILE, NewPlace
+    from ctmon.report.diff import is_new_since_base
 
-    new = [e for e in doc["regressions"] if is_new_since_base(e) and e.get("line") is not None]
+    return [
+        NewPlace(
+            e["kind"],
+            e.get("file"),
+            e.get("line"),
+            e["what"],
+            str(e["new"]) if e["kind"] == RECOMPILE else e.get("reason"),
+        )
+        for e in doc["regressions"]
+        if e["kind"] in MARKED_KINDS and is_new_since_base(e) and e.get("line") is not None
+    ]
+
+
+def with_new_since_base(report: Report, doc: DiffDoc) -> Report:
+    """The report with ``new_since_base`` on each finding whose evidence is
+    new since BASE (docs/REPORT.md): what is new at its place, as the diff
+    says it. Findings with nothing new, and a report without a baseline,
+    keep exactly their keys."""
     findings: list[Finding] = []
-    for f in report.get("findings") or []:
-        place = (relative(f.get("file"), report), f.get("line"))
-        marks = [f"new since {base_name}: {e['what']}" for e in new if _shows(f, place, e)]
-        findings.append({**f, "evidence": marks[:2] + list(f.get("evidence") or [])} if marks else f)
+    for f, said in _marks(report, doc):
+        marked: MarkedFinding = {**f, "new_since_base": said}
+        findings.append(marked if said else f)
     return {**report, "findings": findings}
 
 
-def _shows(finding: Finding, place: tuple[str | None, int | None], entry: DiffEntry) -> bool:
-    if (entry.get("file"), entry["line"]) != place:
-        return False
-    if entry["kind"] == "recompile":
-        return any(str(entry["new"]) in str(line) for line in finding.get("evidence") or [])
-    return entry["kind"] in ("graph_break", "limit_hit")
+def mark_new_findings(report: Report, doc: DiffDoc, base_name: str) -> Report:
+    """The report as its text shows it: each finding whose evidence is new
+    since BASE says so first in its evidence (``new since BASE: ...``)."""
+    findings: list[Finding] = []
+    for f, said in _marks(report, doc):
+        marked = [f"new since {base_name}: {what}" for what in said]
+        findings.append({**f, "evidence": marked + list(f.get("evidence") or [])} if marked else f)
+    return {**report, "findings": findings}
+
+
+def title_new_findings(report: Report, doc: DiffDoc, base_name: str) -> Report:
+    """The report as ``record --baseline``'s closing lines say it: each
+    finding new since BASE says so after its title, the line it gets there."""
+    findings: list[Finding] = []
+    for f, said in _marks(report, doc):
+        findings.append({**f, "title": f"{f['title']} [new since {base_name}]"} if said else f)
+    return {**report, "findings": findings}
+
+
+def _marks(report: Report, doc: DiffDoc) -> list[tuple[Finding, list[str]]]:
+    """Each finding of the report, with what is new since BASE at it."""
+    from ctmon.findings.since_base import marks, relative
+
+    news, cwd = new_places(doc), report.get("cwd")
+    return [
+        (f, marks(relative(f.get("file"), cwd), f.get("line"), f.get("evidence") or [], news))
+        for f in report.get("findings") or []
+    ]
+
+
+def base_facts(run: RunSummary, name: str) -> BaseFacts:
+    """What of BASE a live run's findings are compared with (ctmon/findings/since_base.py)."""
+    from ctmon.findings.since_base import BaseFacts, recompile_reason
+    from ctmon.report.diff import relative
+
+    frames = {(relative(f.get("file"), run), f.get("line"), f.get("name")): f for f in run["frames"]}
+    return BaseFacts(
+        name=name,
+        breaks=frozenset((relative(b.get("file"), run), b.get("line"), b.get("reason")) for b in run["graph_breaks"]),
+        limit_hits=frozenset(k for k, f in frames.items() if f.get("limit_hit")),
+        recompile_reasons={
+            k: frozenset(recompile_reason(str(r)) for r in f.get("recompile_reasons") or []) for k, f in frames.items()
+        },
+    )
 
 
 def regression_failure(lines: list[str]) -> str:

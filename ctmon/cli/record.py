@@ -9,7 +9,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ctmon.cli.args import OptionSpec, format_help, parse_launch
-from ctmon.cli.diff import Baseline, check_same_job, plain_budgets, read_baseline, regression_failure
+from ctmon.cli.diff import (
+    Baseline,
+    check_same_job,
+    plain_budgets,
+    read_baseline,
+    regression_failure,
+    title_new_findings,
+)
 from ctmon.cli.join_pid import (
     PID_OPTION,
     before_lines,
@@ -262,13 +269,15 @@ def conclude(
             return gate.RECORDING_EXIT
         return exit_like(info)
     session, report = read
-    lines = [] if quiet else summary_lines(report, shown)
+    since = baseline.diff(sup.recorder.path, session, report) if baseline is not None else None
+    said = title_new_findings(report, since, baseline.name) if baseline is not None and since is not None else report
+    lines = [] if quiet else summary_lines(said, shown)
     if incomplete is not None:
         in_file = int(steps_of(report)["count"] or 0)
         steps = max(0, sup.registry.counts.steps - in_file)
         lines.append("ctmon: " + gate.incomplete_line(shown, rec.unwritten, steps, incomplete))
     failures = gate.broken(budgets, report, incomplete)
-    regressed = baseline.lines(baseline.diff(sup.recorder.path, session, report)) if baseline is not None else []
+    regressed = baseline.lines(since) if baseline is not None and since is not None else []
     if baseline is not None and baseline.fails and regressed and incomplete is None:
         failures.append(regression_failure(regressed))
     lines += regressed

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
             paths.append(a)
     if not paths:
         raise CliError("report: a recording FILE is required (ctmon report FILE)")
-    from ctmon.cli.diff import mark_new_findings, plain_budgets, read_baseline, regression_failure
+    from ctmon.cli.diff import mark_new_findings, plain_budgets, read_baseline, regression_failure, with_new_since_base
 
     checks = parse_budgets(plain_budgets(budgets))
     # the baseline first: a bad one is one line before any output
@@ -83,12 +83,15 @@ def main(argv: list[str]) -> int:
     regressed = base.lines(since) if base is not None and since is not None else []
     for w in stats.warnings + gate.capture_lines(report):
         sys.stderr.write(clean(f"ctmon: {w}\n"))
+    # with --baseline, each finding at a place new since BASE says so (ctmon/findings/since_base.py)
     if fmt == "json":
-        _write_out(json.dumps(report, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n")
+        shown = with_new_since_base(report, since) if since is not None else report
+        _write_out(json.dumps(shown, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n")
     elif fmt == "md":
         from ctmon.report.markdown import markdown
 
-        _write_out(markdown(report))
+        shown = with_new_since_base(report, since) if since is not None else report
+        _write_out(markdown(shown, base.name if base is not None else None))
     else:
         shown = mark_new_findings(report, since, base.name) if base is not None and since is not None else report
         _write_out(full_text(shown))

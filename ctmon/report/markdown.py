@@ -4,8 +4,9 @@ terminal first: recorded strings are cleaned as in the text report)."""
 from __future__ import annotations
 
 import re
+from typing import cast
 
-from ctmon.report.model import CompileTotals, Report, StepRuntime, System, steps_of
+from ctmon.report.model import CompileTotals, Finding, MarkedFinding, Report, StepRuntime, System, steps_of
 from ctmon.report.sentences import NOTES_SHOWN, generation_text, rank_lines, warning_notes
 from ctmon.report.text import ended_text, exit_text
 from ctmon.words.locations import where
@@ -94,7 +95,20 @@ def code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def markdown(report: Report) -> str:
+def _new_since(f: Finding, base: str | None) -> tuple[str, list[str]]:
+    """A finding's mark new since BASE (``report --baseline``): after its
+    title, and what is new at its place, one line each; none without it."""
+    said = cast("MarkedFinding", f).get("new_since_base") if base is not None else None
+    if not said:
+        return "", []
+    return f" **new since {inline(base or '')}**", [
+        f"  - New since {inline(base or '')}: {inline(w, 300)}" for w in said
+    ]
+
+
+def markdown(report: Report, base: str | None = None) -> str:
+    """The report as Markdown; ``base``: the baseline's name, for the
+    findings new since it (their ``new_since_base``)."""
     r: Report = clean_tree(report)
     cwd = r.get("cwd")
     cmd = " ".join(r.get("command") or []) or "job"
@@ -144,7 +158,9 @@ def markdown(report: Report) -> str:
                     if at
                     else _where(called["file"], called.get("line"), cwd)
                 )
-            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {at + ' — ' if at else ''}{inline(f['title'])}")
+            mark, news = _new_since(f, base)
+            out.append(f"- **{SEVERITY_LABEL[f['severity']]}** {at + ' — ' if at else ''}{inline(f['title'])}{mark}")
+            out += news
             if f.get("fix"):
                 out.append(f"  - Fix: {inline(f['fix'])}")
             if f.get("evidence"):
@@ -163,7 +179,7 @@ def markdown(report: Report) -> str:
     if infos:
         out.append("<details><summary>Notes</summary>")
         out.append("")
-        out += [f"- {inline(f['title'])}" for f in infos]
+        out += [f"- {inline(f['title'])}{_new_since(f, base)[0]}" for f in infos]
         out.append("</details>")
         out.append("")
     return clean("\n".join(out))

@@ -287,6 +287,13 @@ class Finding(TypedDict):
     called_from: CalledFrom | None
 
 
+class MarkedFinding(Finding, total=False):
+    """A finding of a report made with ``--baseline BASE``: the one key
+    that is not always present (docs/REPORT.md)."""
+
+    new_since_base: list[str]  # what is new since BASE at the finding's place
+
+
 class RankSteps(TypedDict):
     count: int | None
     source: str | None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ctmon.findings.since_base import SinceBase
 from ctmon.store import Session
 
 
@@ -42,6 +43,7 @@ class ViewContext:
     gpu_error: str | None = None  # remembered: only the first sample says it
     catching_up: bool = False  # a backlog is being folded (a late attach, a replay's load)
     rank: int | None = None  # a distributed job: the rank the per-process panes show (None: the job)
+    since: SinceBase | None = None  # --baseline BASE: findings new since it are marked
 
     @property
     def view(self) -> Session:

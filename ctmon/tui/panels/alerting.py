@@ -12,7 +12,7 @@ from ctmon.store import LogEntry, Session
 from ctmon.tui import fmt
 from ctmon.tui.context import ViewContext, job_label, put_title
 from ctmon.tui.panels.base import Panel, localize
-from ctmon.tui.panels.findings import current_findings, finding_text, live_findings
+from ctmon.tui.panels.findings import current_findings, finding_text, live_findings, new_since_key
 
 ALERTS_KEPT = 200
 TB_HEADER = "Traceback (most recent call last):"
@@ -82,7 +82,8 @@ class AlertsPanel(Panel):
     def update_key(self) -> tuple[object, ...]:
         # the findings shown (recomputed at most every FINDINGS_EVERY_S) decide
         found = current_findings(self.ctx)
-        return (*super().update_key(), tuple(f.id for f in found), self.max_lines, bool(self.ctx.session.ranks))
+        marked = new_since_key(found, self.ctx)  # --baseline: a finding turned new since BASE is redrawn
+        return (*super().update_key(), tuple(f.id for f in found), marked, self.max_lines, bool(self.ctx.session.ranks))
 
     def on_resize(self) -> None:
         self.set_title()  # the title's hint fits the width
