@@ -17,6 +17,7 @@ point, and private runtime/state dirs so tests never touch the user's own.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from typing import Any
@@ -40,6 +41,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # per ISA in every process, warm ones too. The tests' jobs trust the CPU's
 # flags instead; what ctmon records (compiles, cache hits and misses) is the same.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
+# A signal ignored here stays ignored in every job a test starts (an exec
+# keeps SIG_IGN): run under nohup (SIGHUP) or as a shell's background job
+# (SIGINT, SIGQUIT), the signal tests' jobs would not end by the signals
+# they are sent. The suite starts its jobs as a terminal would.
+for _sig in (signal.SIGHUP, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
