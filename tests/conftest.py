@@ -58,6 +58,51 @@ def workloads() -> str:
     return os.path.join(ROOT, "tests", "workloads")
 
 
+# Test files by the time they took, longest first (a run of the whole suite
+# on 2 shared cores, 2026-11-27; the files added that day placed by their
+# own runs). xdist hands whole files to its workers in collection order: a
+# long file collected last would leave one worker running it alone at the
+# end, so the long ones go first and the short ones fill in after them.
+LONGEST_FIRST = (
+    "test_report_bench_verdicts.py",
+    "test_whole_faults.py",
+    "test_whole_demos.py",
+    "test_launch_join_ranks.py",
+    "test_whole_program_unchanged.py",
+    "test_agent_generation.py",
+    "test_launch_launcher.py",
+    "test_report_bench.py",
+    "test_findings_advice_levers.py",
+    "test_report_diff_inputs.py",
+    "test_report_diff.py",
+    "test_findings_hf.py",
+    "test_findings.py",
+    "test_findings_advice_fixes.py",
+    "test_launch_join_pid.py",
+    "test_agent_hook_steps.py",
+    "test_findings_advice_breaks.py",
+    "test_read_torch_trace_input.py",
+    "test_report_diff_settings.py",
+    "test_tui_terminal_safety.py",
+    "test_agent_hotness.py",
+    "test_findings_generate_eager.py",
+    "test_whole_ranks.py",
+    "test_findings_advice_guards.py",
+    "test_report_since_base.py",
+    "test_tui_since_base.py",
+    "test_findings_unseen_work.py",
+    "test_wire_fuzz.py",
+    "test_tui_app.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files of LONGEST_FIRST first, in its order; the others after
+    them as collected; within a file, its own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``-n N`` alone: whole test files to a worker (``--dist loadfile``).
