@@ -14,8 +14,9 @@ is stopped; by gdb's own symbol lookup where that reading fails): CPython's main
 two bytecodes, holding the GIL), after gdb has let the process go. That code
 puts ctmon's parent directory on ``sys.path`` just long enough to import
 ctmon/agent/join.py, which connects to the supervisor's socket like a
-launched job's agent. Python 3.14's ``sys.remote_exec`` would be a second
-branch of ``inject``; it is not used yet.
+launched job's agent. A CPython 3.14+ process is joined without gdb and
+without being stopped: its own interpreter runs ``sys.remote_exec`` with
+the same code in a file (join_remote.py).
 
 :class:`JoinedJob` is the supervisor's side: the job is not ctmon's child
 (its output and exit status are not ctmon's), and the supervisor ends when
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ctmon.launch.adopted_job import AdoptedJob
-from ctmon.launch.join_inject import bootstrap_code, inject
+from ctmon.launch.join_inject import Scheduled, bootstrap_code, inject
 from ctmon.launch.join_target import JOINED_PIDS, JoinRefused
 from ctmon.launch.runtime import alive as process_alive
 from ctmon.wire import events as E
@@ -73,12 +74,17 @@ class Member:
     asked_at: float = 0.0  # when its pending call was scheduled
     seen: bool = False  # its agent has said hello
     ended: bool = False  # it exited, left, or never ran the agent: nothing more to wait for
+    script: str | None = None  # sys.remote_exec's file, until the process has read it
 
 
-def _held_or_refusal(pid: int, code: str) -> float | JoinRefused:
-    """``inject``'s hold, or its refusal (on a worker thread: returned, not raised)."""
+def _held_or_refusal(pid: int, code: str) -> Scheduled | JoinRefused:
+    """``inject``'s result, or its refusal (on a worker thread: returned, not raised)."""
+    from ctmon.launch.runtime import runtime_dir
+
     try:
-        return inject(pid, code)
+        # sys.remote_exec's file outlives the session: a process that runs it
+        # after ctmon gave up finds it, and does nothing (its socket is gone)
+        return inject(pid, code, runtime_dir())
     except JoinRefused as e:
         return e
 
@@ -140,7 +146,8 @@ class JoinedJob(AdoptedJob):
         if len(self.members) > 1:
             joined = sum(1 for m in self.members if not m.ended)
             how = "one after the other" if at_once == 1 else f"{at_once} at once"
-            message = f"joined {joined} processes: gdb held them {how}, within {window:.2f} s"
+            tool = "gdb held them" if any(h.by == "gdb" for h in holds if isinstance(h, Scheduled)) else "scheduled"
+            message = f"joined {joined} processes: {tool} {how}, within {window:.2f} s"
             self.emit(E.Note(t=time.time(), level="info", source="join", message=message))
 
     def _watch_exits(self) -> tuple[list[Member], list[str]]:
@@ -161,10 +168,17 @@ class JoinedJob(AdoptedJob):
             watched.append(m)
         return watched, failed
 
-    def _joining(self, m: Member, held: float) -> None:
+    def _joining(self, m: Member, how: Scheduled) -> None:
         m.asked_at = time.monotonic()
+        m.script = how.script
         as_rank = f" (rank {m.rank})" if m.rank is not None else ""
-        message = f"joining process {m.pid}{as_rank}: gdb held it {held:.2f} s to schedule ctmon's agent"
+        if how.by == "gdb":
+            message = f"joining process {m.pid}{as_rank}: gdb held it {how.seconds:.2f} s to schedule ctmon's agent"
+        else:
+            message = (
+                f"joining process {m.pid}{as_rank}: sys.remote_exec scheduled ctmon's agent in {how.seconds:.2f} s "
+                "(the process was not stopped)"
+            )
         self.emit(E.Note(t=time.time(), level="info", source="join", message=message))
 
     def _not_joined(self, m: Member) -> None:
@@ -220,6 +234,7 @@ class JoinedJob(AdoptedJob):
                 continue
             if m.pid in agent_pids:
                 m.seen = True
+                self._script_read(m)
             elif not m.seen and self._leaving_since is None and now - m.asked_at > self.timeout_s:
                 self._never_ran(m)
             elif m.pidfd < 0 and not process_alive(m.pid):
@@ -229,6 +244,16 @@ class JoinedJob(AdoptedJob):
                 if not m.ended:
                     self._no_answer(m)
                 m.ended = True  # an agent did not answer: the recording ends anyway
+
+    @staticmethod
+    def _script_read(m: Member) -> None:
+        """sys.remote_exec's file: the agent runs, so the process has read it."""
+        if m.script is not None:
+            try:
+                os.unlink(m.script)
+            except OSError:
+                pass
+            m.script = None
 
     def _never_ran(self, m: Member) -> None:
         message = (

@@ -12,7 +12,9 @@ import re
 import struct
 import subprocess
 import time
+from dataclasses import dataclass
 
+from ctmon.launch.join_remote import remote_exec, remote_exec_python
 from ctmon.launch.join_target import JoinRefused, ptrace_refusal
 
 CTMON_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -147,9 +149,29 @@ def _dynamic_symbols(path: str, names: set[str]) -> tuple[dict[str, int], int]:
     return found, first_vaddr
 
 
-def inject(pid: int, code: str) -> float:
-    """Schedule ``code`` on the process's main thread; the seconds gdb held
-    the process (attach to detach, an upper bound). JoinRefused on failure."""
+@dataclass
+class Scheduled:
+    """How ctmon's agent was put into a process."""
+
+    seconds: float  # gdb: how long it held the process (an upper bound); sys.remote_exec: the call, no stop
+    by: str  # "gdb" or "sys.remote_exec"
+    script: str | None = None  # sys.remote_exec's file, kept until the process has read it
+
+
+def inject(pid: int, code: str, script_dir: str) -> Scheduled:
+    """Schedule ``code`` on the process's main thread: by ``sys.remote_exec``
+    where the process is CPython 3.14+ with remote debugging on
+    (join_remote.py; ``script_dir`` holds its file), else by gdb.
+    JoinRefused on failure."""
+    python = remote_exec_python(pid)
+    if python is not None:
+        took, script = remote_exec(python, pid, code, script_dir)
+        return Scheduled(took, "sys.remote_exec", script)
+    return Scheduled(_gdb_inject(pid, code), "gdb")
+
+
+def _gdb_inject(pid: int, code: str) -> float:
+    """The seconds gdb held the process (attach to detach, an upper bound)."""
     argv = ["gdb", "-batch", "-nx"]
     for cmd in GDB_INIT:
         argv += ["-iex", cmd]

@@ -45,7 +45,7 @@ def check_joinable(pid: int) -> Target:
     if owner != os.geteuid() and os.geteuid() != 0:
         raise JoinRefused(f"process {pid} belongs to another user: join it as that user, or with sudo")
     exe = _read_link(f"{proc}/exe")
-    argv = _read_list(f"{proc}/cmdline")
+    argv = read_list(f"{proc}/cmdline")
     if not _is_python(pid, exe):
         what = os.path.basename(exe or (argv[0] if argv else "?"))
         raise JoinRefused(f"process {pid} ({what}) is not a Python process")
@@ -68,7 +68,7 @@ def check_joinable(pid: int) -> Target:
     session = _joined_session(pid)
     if session is not None:
         raise JoinRefused(f"ctmon has joined process {pid} already: watch it with: ctmon watch {pid}")
-    if shutil.which("gdb") is None:
+    if shutil.which("gdb") is None and not _remote_exec_able(pid):
         raise JoinRefused("joining a running process needs gdb: apt-get install gdb (or your system's package manager)")
     _check_ptrace_scope(pid)
     return Target(pid, exe or "", argv, _read_link(f"{proc}/cwd") or "/", launched_rank_of(pid))
@@ -134,7 +134,7 @@ def ranks_given(targets: list[Target]) -> list[int] | None:
 def launched_rank_of(pid: int) -> int | None:
     """The rank a launcher gave the process, read as its agent reads it
     (ctmon/agent/rank_info.py: RANK and WORLD_SIZE both set)."""
-    env = dict(v.split("=", 1) for v in _read_list(f"/proc/{pid}/environ") if "=" in v)
+    env = dict(v.split("=", 1) for v in read_list(f"/proc/{pid}/environ") if "=" in v)
     rank, world = env.get("RANK", ""), env.get("WORLD_SIZE", "")
     return int(rank) if rank.isdigit() and world.isdigit() else None
 
@@ -157,7 +157,14 @@ def _read_link(path: str) -> str | None:
         return None
 
 
-def _read_list(path: str) -> list[str]:
+def _remote_exec_able(pid: int) -> bool:
+    """CPython 3.14+ with remote debugging on: joined without gdb (join_remote.py)."""
+    from ctmon.launch.join_remote import remote_exec_python
+
+    return remote_exec_python(pid) is not None
+
+
+def read_list(path: str) -> list[str]:
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -182,7 +189,7 @@ def _is_python(pid: int, exe: str | None) -> bool:
 
 def _launched_under_ctmon(pid: int) -> bool:
     """Started by ctmon (or a child of such a job): its environment names an agent socket."""
-    env = _read_list(f"/proc/{pid}/environ")
+    env = read_list(f"/proc/{pid}/environ")
     return any(v.startswith(AGENT_ENV + "=") for v in env)
 
 
@@ -190,7 +197,7 @@ def _rank_children(pid: int) -> list[int]:
     """A launcher's workers (torchrun's, or any launcher's): children with
     RANK in their environment, where the process itself has none (a rank's
     own children, DataLoader workers say, inherit its RANK)."""
-    if any(v.startswith("RANK=") for v in _read_list(f"/proc/{pid}/environ")):
+    if any(v.startswith("RANK=") for v in read_list(f"/proc/{pid}/environ")):
         return []
     children: list[int] = []
     try:
@@ -203,7 +210,7 @@ def _rank_children(pid: int) -> list[int]:
                 children += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             continue
-    return sorted(c for c in children if any(v.startswith("RANK=") for v in _read_list(f"/proc/{c}/environ")))
+    return sorted(c for c in children if any(v.startswith("RANK=") for v in read_list(f"/proc/{c}/environ")))
 
 
 def _joined_session(pid: int) -> dict[str, object] | None:
