@@ -102,11 +102,11 @@ def _ctmon_out(*args: str) -> str:
     return done.stdout
 
 
-def _join_then_leave(pid: int, rec: Path, d: Path, *options: str) -> str:
+def _join_then_leave(pid: int, rec: Path, d: Path, *options: str, env: dict[str, str] | None = None) -> str:
     """``record --pid`` joins the job after its first compile, lets it
     recompile and break the graph (the ``go`` file), then leaves mid-run on
     SIGINT, as Ctrl-C would: ctmon's stderr (it exited 0)."""
-    ctmon = _ctmon("record", *options, "--pid", str(pid), "-o", str(rec))
+    ctmon = _ctmon("record", *options, "--pid", str(pid), "-o", str(rec), env=env)
     try:
         _wait(lambda: bool(_kinds(rec, "joined")) or ctmon.poll() is not None, "the joined event")
         assert ctmon.poll() is None, ctmon.communicate()
@@ -590,3 +590,29 @@ def test_a_gdb_that_cannot_call_into_the_process_is_one_line_naming_the_cause(tm
         _kill(quiet)
     other = "warning: Could not load shared library symbols\nNo symbol table is loaded.\nValue can't be converted."
     assert gdb_failure(7, other) == "gdb could not schedule ctmon in process 7: No symbol table is loaded."
+
+
+@pytest.mark.skipif(shutil.which("lldb") is None, reason="lldb is not installed (.ci/run installs it)")
+@pytest.mark.slow
+def test_lldb_joins_where_gdb_is_not_installed(
+    tmp_path: Path, job_script: Path, started: tuple[subprocess.Popen[str], Path]
+) -> None:
+    """No gdb on PATH, lldb there: lldb schedules the agent, which records
+    what follows; leaving lets the job end as a plain run does."""
+    job, d = started
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lldb").symlink_to(str(shutil.which("lldb")))
+    keep = [p for p in os.environ["PATH"].split(os.pathsep) if p and not os.path.exists(os.path.join(p, "gdb"))]
+    keep = [p for p in keep if not os.path.exists(os.path.join(p, "lldb"))]
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), *keep])}
+    rec = tmp_path / "joined.jsonl"
+    err = _join_then_leave(job.pid, rec, d, env=env)
+    assert f"left process {job.pid} running" in err
+    (d / "end").touch()
+    job_out, job_err = job.communicate(timeout=WAIT_S)
+    assert (job.returncode, job_out, job_err) == _plain_run(tmp_path, job_script)
+    notes = [n["message"] for n in _kinds(rec, "note")]
+    assert any(n.startswith(f"joining process {job.pid}: lldb held it ") for n in notes), notes
+    assert [(b["file"], b["line"]) for b in _kinds(rec, "graph_break")] == [(str(job_script), BREAK_LINE)]
+    assert "rank mismatch" in _kinds(rec, "recompile_reasons")[0]["reasons"][0]

@@ -146,7 +146,8 @@ class JoinedJob(AdoptedJob):
         if len(self.members) > 1:
             joined = sum(1 for m in self.members if not m.ended)
             how = "one after the other" if at_once == 1 else f"{at_once} at once"
-            tool = "gdb held them" if any(h.by == "gdb" for h in holds if isinstance(h, Scheduled)) else "scheduled"
+            debuggers = {h.by for h in holds if isinstance(h, Scheduled) and h.by != "sys.remote_exec"}
+            tool = f"{' and '.join(sorted(debuggers))} held them" if debuggers else "scheduled"
             message = f"joined {joined} processes: {tool} {how}, within {window:.2f} s"
             self.emit(E.Note(t=time.time(), level="info", source="join", message=message))
 
@@ -172,8 +173,10 @@ class JoinedJob(AdoptedJob):
         m.asked_at = time.monotonic()
         m.script = how.script
         as_rank = f" (rank {m.rank})" if m.rank is not None else ""
-        if how.by == "gdb":
-            message = f"joining process {m.pid}{as_rank}: gdb held it {how.seconds:.2f} s to schedule ctmon's agent"
+        if how.by in ("gdb", "lldb"):
+            message = (
+                f"joining process {m.pid}{as_rank}: {how.by} held it {how.seconds:.2f} s to schedule ctmon's agent"
+            )
         else:
             message = (
                 f"joining process {m.pid}{as_rank}: sys.remote_exec scheduled ctmon's agent in {how.seconds:.2f} s "

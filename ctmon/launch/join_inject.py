@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
 import subprocess
 import time
@@ -154,19 +155,24 @@ class Scheduled:
     """How ctmon's agent was put into a process."""
 
     seconds: float  # gdb: how long it held the process (an upper bound); sys.remote_exec: the call, no stop
-    by: str  # "gdb" or "sys.remote_exec"
+    by: str  # "gdb", "lldb" or "sys.remote_exec"
     script: str | None = None  # sys.remote_exec's file, kept until the process has read it
 
 
 def inject(pid: int, code: str, script_dir: str) -> Scheduled:
     """Schedule ``code`` on the process's main thread: by ``sys.remote_exec``
     where the process is CPython 3.14+ with remote debugging on
-    (join_remote.py; ``script_dir`` holds its file), else by gdb.
+    (join_remote.py; ``script_dir`` holds its file), else by gdb, or by
+    lldb where gdb is not installed (join_lldb.py).
     JoinRefused on failure."""
     python = remote_exec_python(pid)
     if python is not None:
         took, script = remote_exec(python, pid, code, script_dir)
         return Scheduled(took, "sys.remote_exec", script)
+    if shutil.which("gdb") is None and shutil.which("lldb") is not None:
+        from ctmon.launch.join_lldb import lldb_inject  # it reads this module's addresses
+
+        return Scheduled(lldb_inject(pid, code), "lldb")
     return Scheduled(_gdb_inject(pid, code), "gdb")
 
 

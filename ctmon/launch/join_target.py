@@ -68,8 +68,10 @@ def check_joinable(pid: int) -> Target:
     session = _joined_session(pid)
     if session is not None:
         raise JoinRefused(f"ctmon has joined process {pid} already: watch it with: ctmon watch {pid}")
-    if shutil.which("gdb") is None and not _remote_exec_able(pid):
-        raise JoinRefused("joining a running process needs gdb: apt-get install gdb (or your system's package manager)")
+    if shutil.which("gdb") is None and shutil.which("lldb") is None and not _remote_exec_able(pid):
+        raise JoinRefused(
+            "joining a running process needs gdb: apt-get install gdb (or your system's package manager; lldb works too)"
+        )
     _check_ptrace_scope(pid)
     return Target(pid, exe or "", argv, _read_link(f"{proc}/cwd") or "/", launched_rank_of(pid))
 
