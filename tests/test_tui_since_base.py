@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import shutil
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -129,3 +133,54 @@ def _since(path: str) -> Any:
     base = read_baseline("attach", path, [])
     assert base is not None
     return since_base(base)
+
+
+def test_watch_any_job_needs_a_baseline() -> None:
+    done = ctmon("watch", "--any-job")
+    assert done.returncode == 2 and done.stderr == "ctmon: watch: --any-job goes with --baseline BASE\n", done.stderr
+    assert "--baseline BASE [--any-job]" in ctmon("watch", "--help").stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_watch_with_a_baseline_tags_a_live_jobs_new_finding(pair: dict[str, str], tmp_path: Any) -> None:
+    """``ctmon watch PID --baseline BASE`` in a real terminal, on a job that
+    still runs: its graph break, new since BASE, is tagged NEW; ``q``
+    detaches and the job ends as it would have."""
+    from test_tui_e2e import PROMPT, Tmux
+
+    hold = tmp_path / "hold"
+    rec = tmp_path / "live.jsonl"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ctmon", "record", "-q", "-o", str(rec), JOB, "--graph-break", "--new-shape"]
+        + ["--hold", str(hold)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    tm = Tmux(str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while '"kind":"graph_break"' not in (rec.read_text() if rec.exists() else ""):
+            assert time.monotonic() < deadline and job.poll() is None, "the live job's graph break"
+            time.sleep(0.1)
+        pid = next(json.loads(ln)["pid"] for ln in rec.read_text().splitlines() if '"kind":"process"' in ln)
+        tm.start_shell(*WIDE)
+        tm("send-keys", "-t", "e2e", f"{sys.executable} -m ctmon watch {pid} --baseline {pair['base']}", "Enter")
+        screen = tm.wait_for(
+            lambda s: any("NEW" in ln and "Graph breaks" in ln for ln in s.splitlines()), 90, "the NEW tag"
+        )
+        tagged = [ln for ln in screen.splitlines() if "NEW" in ln]
+        assert len(tagged) == 1, screen  # the shape recompile BASE had too is not tagged
+        tm("send-keys", "-t", "e2e", "q")
+        tm.wait_for(lambda s: "detached; the job keeps running" in s and PROMPT.strip() in s, 60, "the detach")
+        assert job.poll() is None
+    finally:
+        hold.touch()
+        tm.kill()
+        try:
+            job.wait(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    assert job.returncode == 0, job.stderr.read() if job.stderr else ""

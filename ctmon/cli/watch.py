@@ -3,6 +3,8 @@
     ctmon watch                 list live sessions; pick one to attach (or the only one)
     ctmon watch PID|ID          attach to the session of that job (or supervisor) pid / session id
     ctmon watch --list [--json] only list
+    ctmon watch ... --baseline BASE [--any-job]
+                                mark each finding new since BASE, an earlier run of the job
     ctmon watch --connect HOST:PORT [--token-file PATH]
                                 attach over TCP to a job started with --listen (e.g. through ssh -L);
                                 the session token comes from --token-file (a file only you can read,
@@ -36,14 +38,15 @@ HELP = re.sub(r"``([^`]+)``", r"'\1'", __doc__.split("\n\n", 1)[1]) if __doc__ e
 
 
 def main(argv: list[str]) -> int:
-    list_only = as_json = False
-    connect = token_file = None
+    list_only = as_json = any_job = False
+    connect = token_file = baseline = None
     key = None
     it = iter(argv)
     for a in it:
         if a in ("-h", "--help"):
             sys.stdout.write(
-                "usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token-file PATH]]\n\n" + HELP
+                "usage: ctmon watch [PID|ID] [--list [--json]] [--connect HOST:PORT [--token-file PATH]]"
+                " [--baseline BASE [--any-job]]\n\n" + HELP
             )
             return 0
         if a == "--list":
@@ -63,14 +66,23 @@ def main(argv: list[str]) -> int:
                 "watch: --token is refused: a command line is visible to every local user; "
                 "use --token-file PATH (mode 0600), CTMON_TOKEN=..., or type it at the prompt"
             )
+        elif a == "--baseline" or a.startswith("--baseline="):
+            baseline = a.partition("=")[2] if "=" in a else next(it, None)
+            if not baseline:
+                raise CliError("watch: --baseline needs a recording or TORCH_TRACE directory")
+        elif a == "--any-job":
+            any_job = True
         elif a.startswith("-"):
             raise CliError(f"watch: unknown option {a} (try: ctmon watch --help)")
         elif key is None:
             key = a
         else:
             raise CliError("watch: give at most one PID or session id")
+    if any_job and baseline is None:
+        raise CliError("watch: --any-job goes with --baseline BASE")
+    base = (baseline, any_job)
     if connect:
-        return _watch_tcp(connect, token_file)
+        return _watch_tcp(connect, token_file, base)
     sessions = runtime.list_sessions()
     if list_only or (key is None and not _interactive()):
         return _print_list(sessions, as_json)
@@ -78,12 +90,12 @@ def main(argv: list[str]) -> int:
         found = runtime.find_session(key)
         if found is None:
             raise CliError(f"watch: no live ctmon session for '{key}' (ctmon watch --list shows them)")
-        return _watch(found)
+        return _watch(found, base)
     if not sessions:
         sys.stderr.write("ctmon: no live sessions (start one with: ctmon attach script.py)\n")
         return 1
     if len(sessions) == 1:
-        return _watch(sessions[0])
+        return _watch(sessions[0], base)
     _print_list(sessions, False)
     while True:
         try:
@@ -93,7 +105,7 @@ def main(argv: list[str]) -> int:
         if answer.lower() in ("q", ""):
             return 0
         if answer.isdigit() and 1 <= int(answer) <= len(sessions):
-            return _watch(sessions[int(answer) - 1])
+            return _watch(sessions[int(answer) - 1], base)
         print(f"please answer 1-{len(sessions)} or q")
 
 
@@ -162,22 +174,30 @@ def _print_list(sessions: list[dict[str, object]], as_json: bool) -> int:
     return 0
 
 
-def _watch(info: dict[str, object]) -> int:
+# ``--baseline BASE`` and ``--any-job`` as given: BASE is read once the
+# session (and so its job's command) is known, before the screen opens
+BaselineGiven = tuple[str | None, bool]
+
+
+def _watch(info: dict[str, object], base: BaselineGiven) -> int:
     from ctmon.read.feeds import FeedError, SocketFeed
 
     try:
         feed = SocketFeed(str(info["viewer_socket"]))
     except FeedError as e:
         raise CliError(f"watch: {e}") from None
+    command = info.get("command")
     return _run(
         feed,
         str(info.get("recording") or ""),
         _command_text(info),
         info.get("job_pid"),
+        base,
+        [str(c) for c in command] if isinstance(command, list) else None,
     )
 
 
-def _watch_tcp(addr: str, token_file: str | None) -> int:
+def _watch_tcp(addr: str, token_file: str | None, base: BaselineGiven) -> int:
     from ctmon.launch.sockets import parse_listen
     from ctmon.read.feeds import AuthError, FeedError, SocketFeed
 
@@ -198,7 +218,7 @@ def _watch_tcp(addr: str, token_file: str | None) -> int:
         raise CliError(str(e)) from None  # "authentication failed", said as such
     except FeedError as e:
         raise CliError(f"watch: {e}") from None
-    return _run(feed, "", addr, None)
+    return _run(feed, "", addr, None, base)
 
 
 def read_token_file(path: str) -> str:
@@ -225,13 +245,22 @@ def read_token_file(path: str) -> str:
     return token
 
 
-def _run(feed: Feed, recording: str, title: str, pid: object) -> int:
+def _run(
+    feed: Feed, recording: str, title: str, pid: object, given: BaselineGiven, job: list[str] | None = None
+) -> int:
     if not _interactive():
         raise CliError("watch: needs a terminal (run it with ssh -t when remote)")
+    from ctmon.cli.diff import live_baseline, since_base
     from ctmon.cli.tui import run_app
     from ctmon.tui.app import CtmonApp
 
+    try:  # before the screen opens: a bad BASE, or another script's run, is one line
+        base = live_baseline("watch", given[0], given[1], job)
+    except CliError:
+        feed.close()
+        raise
     app = CtmonApp(feed, launched=False, recording=recording or None, title=title)
+    app.ctx.since = since_base(base) if base is not None else None
     result = run_app(app)
     feed.close()
     exit_info = getattr(result, "exit", None)

@@ -4,12 +4,14 @@
 --new-shape     the last batch is of another size: a shape recompile
 --slow-backend  compiles through a backend that sleeps first: compile time
                 grows in the backend phase and nowhere else
+--hold FILE     after the steps, wait (up to 5 min) until FILE exists: a live job to watch
 
 Each step is mostly a fixed sleep, so two runs' step times differ by noise
 only, even on a busy machine (which moves a sleep far less than it moves a
 computation).
 """
 
+import os
 import sys
 import time
 
@@ -50,4 +52,9 @@ for i in range(STEPS):
     time.sleep(STEP_SLEEP_S)
     opt.step()
     opt.zero_grad()
+if "--hold" in sys.argv:
+    hold = sys.argv[sys.argv.index("--hold") + 1]
+    deadline = time.monotonic() + 300
+    while not os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
 print("ok")
