@@ -17,13 +17,8 @@ import torch  # noqa: F401  (the config modules below need torch imported first)
 import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
 
-from ctmon.agent.trace import (
-    SETTINGS_MAX,
-    SETTINGS_STR_MAX,
-    TraceHandler,
-    _setting_value,
-    read_settings_in_force,
-)
+from ctmon.agent.config_reads import SETTINGS_MAX, SETTINGS_STR_MAX, _setting_value, read_settings_in_force
+from ctmon.agent.trace import TraceHandler
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.store import Session
 from ctmon.store.compile_state import record_settings

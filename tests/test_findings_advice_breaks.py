@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from helpers import WORKLOADS, Run, marker_lines, record
 
-from ctmon.agent.trace import CONFIG_KEYS, read_config_in_force
+from ctmon.agent.config_reads import CONFIG_KEYS, read_config_in_force
 from ctmon.agent.trace_convert import TraceConverter
 from ctmon.findings import analyze
 from ctmon.findings import breaks as B
