@@ -176,14 +176,9 @@ def inject(pid: int, code: str, script_dir: str) -> Scheduled:
     return Scheduled(_gdb_inject(pid, code), "gdb")
 
 
-def _gdb_inject(pid: int, code: str) -> float:
-    """The seconds gdb held the process (attach to detach, an upper bound)."""
-    argv = ["gdb", "-batch", "-nx"]
-    for cmd in GDB_INIT:
-        argv += ["-iex", cmd]
-    argv += ["-p", str(pid)]
-    for cmd in gdb_commands(code, call_addresses(pid)):
-        argv += ["-ex", cmd]
+def run_debugger(argv: list[str], pid: int) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The debugger run to its end (gdb, or lldb: ``argv[0]``), and how long
+    it took: an upper bound of how long it held the process."""
     t0 = time.monotonic()
     try:
         done = subprocess.run(
@@ -192,8 +187,19 @@ def _gdb_inject(pid: int, code: str) -> float:
     except FileNotFoundError:
         raise JoinRefused("joining a running process needs gdb: apt-get install gdb") from None
     except subprocess.TimeoutExpired:
-        raise JoinRefused(f"gdb did not finish joining process {pid} in {GDB_TIMEOUT_S:.0f} s") from None
-    held = time.monotonic() - t0
+        raise JoinRefused(f"{argv[0]} did not finish joining process {pid} in {GDB_TIMEOUT_S:.0f} s") from None
+    return done, time.monotonic() - t0
+
+
+def _gdb_inject(pid: int, code: str) -> float:
+    """The seconds gdb held the process (attach to detach, an upper bound)."""
+    argv = ["gdb", "-batch", "-nx"]
+    for cmd in GDB_INIT:
+        argv += ["-iex", cmd]
+    argv += ["-p", str(pid)]
+    for cmd in gdb_commands(code, call_addresses(pid)):
+        argv += ["-ex", cmd]
+    done, held = run_debugger(argv, pid)
     out = done.stdout + done.stderr
     if "ptrace: Operation not permitted" in out or "Could not attach to process" in out:
         raise JoinRefused(ptrace_refusal(pid, "ptrace: operation not permitted"))

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
-import time
 
-from ctmon.launch.join_inject import CALLED, GDB_TIMEOUT_S, PAGE, call_addresses
+from ctmon.launch.join_inject import CALLED, PAGE, call_addresses, run_debugger
 from ctmon.launch.join_target import JoinRefused, ptrace_refusal
 
 
@@ -41,16 +39,7 @@ def lldb_inject(pid: int, code: str) -> float:
         argv = ["lldb", "--batch", "--no-lldbinit", "-p", str(pid)]
         for cmd in lldb_commands(code_file, size, call_addresses(pid)):
             argv += ["-o", cmd]
-        t0 = time.monotonic()
-        try:
-            done = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=GDB_TIMEOUT_S
-            )
-        except FileNotFoundError:
-            raise JoinRefused("joining a running process needs gdb: apt-get install gdb") from None
-        except subprocess.TimeoutExpired:
-            raise JoinRefused(f"lldb did not finish joining process {pid} in {GDB_TIMEOUT_S:.0f} s") from None
-        held = time.monotonic() - t0
+        done, held = run_debugger(argv, pid)
     finally:
         os.unlink(code_file)
     said = done.stdout + done.stderr
